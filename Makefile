@@ -1,0 +1,51 @@
+# agon: `make run` and `make test` each set everything up on a fresh machine.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch is installed first and explicitly, so the rest of the install never pulls a multi-GB CUDA build
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+# extra Hydra overrides, e.g. make run ARGS="method=grpo trainer.max_steps=10"
+ARGS ?=
+# run directory or multirun root for `make figures` (default: the newest multirun)
+RUNS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## show this help
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install agon with its dependencies
+
+run: install ## run the default job (Agon on the offline world)
+	$(PY) -m agon.run $(ARGS)
+
+test: install ## run the fast test suite (CPU, no network)
+	$(PY) -m pytest -q -m "not slow and not gpu" $(ARGS)
+
+test-full: install ## run every CPU test, slow end-to-end runs included
+	$(PY) -m pytest -q -m "not gpu" $(ARGS)
+
+sweep: install ## the paper's 2x2 grid: reward x exchange
+	$(PY) -m agon.run -m reward=competitive,cooperative exchange=visible,hidden $(ARGS)
+
+figures: install ## figures and tables from a sweep into figures/ (RUNS=<dir> to choose)
+	$(PY) -m analysis.figures $(if $(RUNS),--runs $(RUNS))
+
+bench: install ## speed ratios measured side by side (agon step vs TRL GRPOTrainer step)
+	$(PY) -m agon.bench $(ARGS)
+
+config: install ## print the resolved default config
+	$(PY) -m agon.run --cfg job $(ARGS)
+
+clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
+	rm -rf outputs multirun figures .pytest_cache
+
+.PHONY: help install run test test-full sweep figures bench config clean

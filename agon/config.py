@@ -1,0 +1,392 @@
+"""Typed schema of every config group, registered in Hydra's ConfigStore.
+
+The YAML files under ``conf/`` hold values; these dataclasses hold types and defaults, so an unknown key or a
+value of the wrong type fails at composition, before any model loads. ``validate`` adds the cross-field checks
+that a type cannot express (group size, divisibility, names that must exist in a registry) and names the full
+key in every message.
+
+Left out on purpose: ``_target_`` instantiation. Every option is a plain value looked up in a registry by name,
+which keeps the config printable and the lookup in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import II, MISSING, DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A config value that composes but cannot be run; the message names the full key."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# model
+
+
+@dataclass
+class LoraConfig:
+    rank: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    # "all-linear" or an explicit list of module names
+    target_modules: Any = "all-linear"
+
+
+@dataclass
+class TinyWorldConfig:
+    """Shape and warm start of the offline Qwen3-architecture model (used when model.name == 'tiny')."""
+
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 384
+    max_position: int = 256
+    warmup_steps: int = 600
+    warmup_batch_size: int = 64
+    warmup_lr: float = 3e-3
+    warmup_seed: int = 0
+
+
+@dataclass
+class ModelConfig:
+    # "tiny" builds the offline world; anything else is a hub name or a local directory for from_pretrained
+    name: str = "tiny"
+    # a local directory holding the weights; wins over the hub name when set
+    path: Optional[str] = None
+    # float32 | bfloat16 | float16
+    dtype: str = "float32"
+    gradient_checkpointing: bool = False
+    # passed to the chat template (Qwen3's thinking switch)
+    enable_thinking: bool = True
+    # the model card's sampling settings; trainer and eval read them by interpolation
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    tiny: TinyWorldConfig = field(default_factory=TinyWorldConfig)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# task (one schema per task family; the YAML option picks it with its defaults list)
+
+
+@dataclass
+class TaskConfig:
+    # registry key of the task family
+    kind: str = MISSING
+    # human-readable name (for reasoning_gym: the dataset name)
+    name: str = MISSING
+    # size of the fixed held-out split
+    heldout_size: int = 300
+    # seed of the held-out split (fixed across runs so every run is scored on the same problems)
+    split_seed: int = 1234
+    # optional system message
+    system_prompt: Optional[str] = None
+    # appended to every problem statement in the user message
+    instruction: str = ""
+    # the challenger's user message under exchange=visible; {problem} and {recap} are filled in
+    challenge_template: str = "{problem}\n\nA rival's recap of its attempt (final answer removed):\n{recap}"
+
+
+@dataclass
+class ArithmeticTaskConfig(TaskConfig):
+    kind: str = "arithmetic"
+    name: str = "arithmetic"
+    min_terms: int = 3
+    max_terms: int = 4
+    # operands are drawn from [1, max_operand]
+    max_operand: int = 99
+    # number of distinct training problems drawn per epoch
+    train_size: int = 100_000
+
+
+@dataclass
+class ReasoningGymTaskConfig(TaskConfig):
+    kind: str = "reasoning_gym"
+    name: str = "basic_arithmetic"
+    # passed to reasoning_gym.create_dataset as keyword arguments
+    dataset_args: dict = field(default_factory=dict)
+    train_size: int = 10_000
+    # per-dataset keyword arguments used only when `name` matches a key; dataset_args overrides them
+    dataset_defaults: dict = field(default_factory=dict)
+
+
+@dataclass
+class DeepMathTaskConfig(TaskConfig):
+    kind: str = "deepmath"
+    name: str = "deepmath_hard"
+    # hub dataset id, or a local parquet/jsonl file or directory
+    source: str = "zwhe99/DeepMath-103K"
+    min_difficulty: float = 8.0
+    verify_timeout_s: float = 10.0
+    verify_workers: int = 2
+
+
+@dataclass
+class CodeContestsTaskConfig(TaskConfig):
+    kind: str = "codecontests"
+    name: str = "codecontests"
+    source: str = "deepmind/code_contests"
+    split: str = "train"
+    max_cf_rating: int = 1200
+    max_generated_tests: int = 20
+    time_limit_s: float = 4.0
+    memory_mb: int = 512
+    max_output_bytes: int = 1_048_576
+    workers: int = 2
+    # the "easy" filter: cf_rating in (0, max_cf_rating] or difficulty in easy_difficulties (1 EASY, 7 A)
+    easy_only: bool = True
+    easy_difficulties: list = field(default_factory=lambda: [1, 7])
+    # keep only problems with a Python 3 reference solution
+    require_python_solution: bool = True
+    # per-test CPU limit: min(time_limit_s, time_limit_factor * the problem's own limit)
+    time_limit_factor: float = 2.0
+    # take the held-out problems from this split (e.g. "valid", "test"); null: a seeded split of `split`
+    heldout_split: Optional[str] = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the ablation axes
+
+
+@dataclass
+class MethodConfig:
+    # agon | grpo | self_refine | moa
+    name: str = "agon"
+    # False skips training (moa: the untrained base run as the cascade)
+    train: bool = True
+
+
+@dataclass
+class RewardConfig:
+    # registry key: competitive | cooperative | paper
+    name: str = "competitive"
+    correct_weight: float = 1.0
+    conversion_bonus: float = 1.0
+    length_tiebreak: float = 0.0
+    team_weight: float = 0.0
+    format_weight: float = 0.0
+
+
+@dataclass
+class ExchangeConfig:
+    # visible: the challenger reads the drafter's recap; hidden: the plain prompt only
+    mode: str = "visible"
+
+
+@dataclass
+class RotationConfig:
+    # alternate: A drafts on even steps, B on odd; fixed: A always drafts
+    mode: str = "alternate"
+
+
+@dataclass
+class InitConfig:
+    # divergent: B's lora_B gets a seeded Gaussian perturbation; symmetric: both zero-init
+    mode: str = "divergent"
+    std: float = 0.02
+    seed: int = 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# trainer, eval, logger
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = 60
+    learning_rate: float = 5e-4
+    weight_decay: float = 0.0
+    # completions per problem per role (the GRPO group)
+    num_generations: int = 8
+    # problems per step
+    prompts_per_step: int = 16
+    # sequences per forward/backward pass; null means the whole batch
+    micro_batch_size: Optional[int] = None
+    max_new_tokens: int = 64
+    temperature: float = II("model.temperature")
+    top_p: float = II("model.top_p")
+    top_k: int = II("model.top_k")
+    # grpo | dr_grpo | dapo, TRL's meanings
+    loss_type: str = "dapo"
+    # group | batch | none, TRL's meanings
+    scale_rewards: str = "group"
+    # the denominator guard of the advantage (TRL: 1e-4)
+    adv_eps: float = 1e-4
+    epsilon: float = 0.2
+    # null means epsilon (symmetric clipping)
+    epsilon_high: Optional[float] = None
+    # KL coefficient to the base model (adapters disabled); 0 skips the reference pass
+    beta: float = 0.0
+    # multiply the KL term by the importance ratio (TRL's use_bias_correction_kl, default True)
+    use_bias_correction_kl: bool = True
+    # optimisation passes over each generated batch
+    num_iterations: int = 1
+    max_grad_norm: float = 1.0
+    # save a checkpoint every N steps (0: only at the end)
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    # bad (non-finite) steps tolerated in a row before the run aborts
+    max_bad_steps: int = 3
+
+
+@dataclass
+class EvalConfig:
+    # held-out problems scored (capped by task.heldout_size)
+    n_problems: int = 200
+    # samples per problem (pass@1 is their mean)
+    samples: int = 4
+    # steps between evaluations during training (0: only before and after)
+    every: int = 0
+    max_new_tokens: int = II("trainer.max_new_tokens")
+    temperature: float = II("trainer.temperature")
+    top_p: float = II("trainer.top_p")
+    top_k: int = II("trainer.top_k")
+    # sequences generated in one call
+    batch_size: int = 512
+    # evaluate before training (eval/accuracy_at_start)
+    at_start: bool = True
+
+
+@dataclass
+class LoggerConfig:
+    # none | wandb
+    name: str = "none"
+    project: str = "agon"
+    entity: Optional[str] = None
+    # online | offline | disabled; null decides from the environment
+    mode: Optional[str] = None
+    # W&B group; null means the sweep or experiment name
+    group: Optional[str] = None
+    tags: list = field(default_factory=list)
+    # rollouts logged as a table at each evaluation
+    table_rows: int = 16
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    task: Any = MISSING
+    method: MethodConfig = MISSING
+    reward: RewardConfig = MISSING
+    exchange: ExchangeConfig = MISSING
+    rotation: RotationConfig = MISSING
+    init: InitConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    eval: EvalConfig = MISSING
+    logger: LoggerConfig = MISSING
+    experiment: Optional[str] = None
+    seed: int = 0
+    # where run files go; Hydra's runtime.output_dir when null
+    output_dir: Optional[str] = None
+    # show a progress bar
+    progress: bool = True
+
+
+GROUP_SCHEMAS: dict[str, list[tuple[str, type]]] = {
+    "model": [("model_schema", ModelConfig)],
+    "task": [
+        ("arithmetic_schema", ArithmeticTaskConfig),
+        ("reasoning_gym_schema", ReasoningGymTaskConfig),
+        ("deepmath_schema", DeepMathTaskConfig),
+        ("codecontests_schema", CodeContestsTaskConfig),
+    ],
+    "method": [("method_schema", MethodConfig)],
+    "reward": [("reward_schema", RewardConfig)],
+    "exchange": [("exchange_schema", ExchangeConfig)],
+    "rotation": [("rotation_schema", RotationConfig)],
+    "init": [("init_schema", InitConfig)],
+    "trainer": [("trainer_schema", TrainerConfig)],
+    "eval": [("eval_schema", EvalConfig)],
+    "logger": [("logger_schema", LoggerConfig)],
+}
+
+
+def register_configs() -> None:
+    """Store the top-level schema and one schema per group option family (YAML files extend them)."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for group, entries in GROUP_SCHEMAS.items():
+        for name, node in entries:
+            cs.store(group=group, name=name, node=node)
+
+
+register_configs()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cross-field checks
+
+
+METHODS = ("agon", "grpo", "self_refine", "moa")
+EXCHANGES = ("visible", "hidden")
+ROTATIONS = ("alternate", "fixed")
+INITS = ("divergent", "symmetric")
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
+SCALE_REWARDS = ("group", "batch", "none")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _one_of(key: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not valid; choose one of {sorted(allowed)}")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Checks that need more than one key or a registry. Raises ConfigError naming the full key."""
+    from agon.grpo import LOSSES
+    from agon.rewards import REWARD_MODES
+    from agon.tasks import TASKS
+
+    t, e = cfg.trainer, cfg.eval
+    _one_of("method.name", cfg.method.name, METHODS)
+    _one_of("reward.name", cfg.reward.name, list(REWARD_MODES))
+    _one_of("exchange.mode", cfg.exchange.mode, EXCHANGES)
+    _one_of("rotation.mode", cfg.rotation.mode, ROTATIONS)
+    _one_of("init.mode", cfg.init.mode, INITS)
+    _one_of("trainer.loss_type", t.loss_type, list(LOSSES))
+    _one_of("trainer.scale_rewards", t.scale_rewards, SCALE_REWARDS)
+    _one_of("model.dtype", cfg.model.dtype, DTYPES)
+    _one_of("task.kind", cfg.task.kind, list(TASKS))
+    if t.num_generations < 2:
+        raise ConfigError(
+            f"trainer.num_generations={t.num_generations}: a GRPO group needs at least 2 completions per problem"
+        )
+    for key, value in (
+        ("trainer.max_steps", t.max_steps),
+        ("trainer.prompts_per_step", t.prompts_per_step),
+        ("trainer.max_new_tokens", t.max_new_tokens),
+        ("trainer.num_iterations", t.num_iterations),
+        ("eval.n_problems", e.n_problems),
+        ("eval.samples", e.samples),
+        ("eval.batch_size", e.batch_size),
+        ("model.lora.rank", cfg.model.lora.rank),
+    ):
+        if value < (0 if key == "trainer.max_steps" else 1):
+            raise ConfigError(f"{key}={value} must be positive")
+    batch = t.prompts_per_step * t.num_generations
+    if t.micro_batch_size is not None:
+        if t.micro_batch_size < 1 or batch % t.micro_batch_size:
+            raise ConfigError(
+                f"trainer.micro_batch_size={t.micro_batch_size} must divide the batch "
+                f"trainer.prompts_per_step*trainer.num_generations={batch}"
+            )
+    if t.temperature <= 0:
+        raise ConfigError(f"trainer.temperature={t.temperature} must be > 0 (sampling is required for GRPO groups)")
+    if e.temperature <= 0:
+        raise ConfigError(f"eval.temperature={e.temperature} must be > 0")
+    if t.epsilon <= 0 or (t.epsilon_high is not None and t.epsilon_high <= 0):
+        raise ConfigError("trainer.epsilon and trainer.epsilon_high must be > 0")
+    if e.every < 0:
+        raise ConfigError(f"eval.every={e.every} must be >= 0")
+    if cfg.exchange.mode == "visible" and "{recap}" not in cfg.task.challenge_template:
+        raise ConfigError("task.challenge_template must contain {recap} under exchange=visible")
+
+
+def to_plain(cfg: DictConfig) -> dict:
+    """The resolved config as plain containers (for summary.json and W&B)."""
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

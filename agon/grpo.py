@@ -1,0 +1,213 @@
+"""GRPO as pure tensor functions: group-relative advantages, the clipped surrogate, loss aggregation.
+
+Names and meanings follow TRL's ``GRPOTrainer`` (trl 1.16) so that a TRL user reads the config unchanged:
+``scale_rewards`` in {group, batch, none}, ``epsilon``/``epsilon_high``, ``beta`` (k3 KL estimator to the reference),
+``loss_type`` in {grpo, dr_grpo, dapo}. Loss variants are looked up in ``LOSSES`` by name; nothing calls an
+aggregation directly.
+
+Left out on purpose: TRL's sequence-level importance sampling (GSPO), vLLM importance correction, entropy masks and
+the cispo/sapo/vespo/luspo variants; the two-adapter game needs none of them to be compared with the paper.
+Everything here is model-free, so the tests can check it by hand and against TRL on identical tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+Tensor = torch.Tensor
+
+
+def nanstd(x: Tensor, dim: int | None = None) -> Tensor:
+    """Bessel-corrected standard deviation ignoring NaNs (NaN where fewer than 2 values), as TRL's ``nanstd``."""
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
+    var = var * torch.where(count > 1, count / (count - 1), torch.full_like(var, float("nan")))
+    out = var.sqrt()
+    return out.squeeze(dim) if dim is not None else out.squeeze()
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """Output of ``group_advantages``; every tensor is [B] with B = groups * group_size."""
+
+    advantages: Tensor
+    # True where the reward's group (or batch, under scale_rewards=batch) has zero spread: no learning signal
+    zero_std: Tensor
+
+
+def group_advantages(rewards: Tensor, group_size: int, scale_rewards: str = "group", eps: float = 1e-4) -> Advantages:
+    """Group-relative advantages, TRL semantics.
+
+    Args:
+        rewards: [B] float, B = groups * group_size, consecutive rows form a group. NaN marks an unscorable
+            completion: it is left out of its group's mean and std and gets advantage 0.
+        group_size: completions per group (G).
+        scale_rewards: "group" divides by the group's std, "batch" by the std over the whole batch, "none" not at all.
+        eps: added to the std before dividing.
+
+    Returns:
+        Advantages with ``advantages`` [B] and ``zero_std`` [B].
+    """
+    if rewards.dim() != 1 or rewards.numel() % group_size:
+        raise ValueError(f"rewards must be [groups*{group_size}], got shape {tuple(rewards.shape)}")
+    grouped = rewards.view(-1, group_size)  # [groups, G]
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(group_size)  # [B]
+    if scale_rewards in ("group", "none"):
+        std = nanstd(grouped, dim=1).repeat_interleave(group_size)  # [B]
+    elif scale_rewards == "batch":
+        std = (nanstd(rewards) if rewards.numel() > 1 else torch.zeros(())).expand_as(rewards)  # [B]
+    else:
+        raise ValueError(f"scale_rewards={scale_rewards!r}; choose group, batch or none")
+    std = torch.nan_to_num(std, nan=0.0)
+    adv = rewards - mean
+    if scale_rewards != "none":
+        adv = adv / (std + eps)
+    adv = torch.nan_to_num(adv, nan=0.0)  # unscorable rows and all-NaN groups carry no signal
+    return Advantages(advantages=adv, zero_std=torch.isclose(std, torch.zeros_like(std)))
+
+
+def kl_k3(logps: Tensor, ref_logps: Tensor) -> Tensor:
+    """Per-token k3 estimate of KL(pi || ref): exp(ref - logp) - (ref - logp) - 1. Shapes [B, T] -> [B, T]."""
+    delta = ref_logps - logps
+    return torch.exp(delta) - delta - 1
+
+
+@dataclass(frozen=True)
+class SurrogateTerms:
+    per_token_loss: Tensor  # [B, T], masked positions included (aggregation masks them)
+    low_clipped: Tensor  # [B, T] bool: ratio < 1 - eps_low with negative advantage (clipping active)
+    high_clipped: Tensor  # [B, T] bool: ratio > 1 + eps_high with positive advantage
+    kl: Tensor | None  # [B, T] or None when beta == 0
+
+
+def clipped_surrogate(
+    logps: Tensor,
+    old_logps: Tensor,
+    advantages: Tensor,
+    epsilon: float,
+    epsilon_high: float | None = None,
+    beta: float = 0.0,
+    ref_logps: Tensor | None = None,
+    use_bias_correction_kl: bool = True,
+) -> SurrogateTerms:
+    """PPO's clipped objective per token, negated as a loss, plus ``beta`` times the k3 KL.
+
+    Args:
+        logps: [B, T] log-probabilities of the sampled tokens under the current policy (with grad).
+        old_logps: [B, T] the same under the policy that sampled them (detached).
+        advantages: [B] one advantage per completion.
+        epsilon, epsilon_high: the clip range [1 - epsilon, 1 + epsilon_high]; epsilon_high None means epsilon.
+        beta: KL coefficient; ``ref_logps`` [B, T] is required when beta != 0.
+        use_bias_correction_kl: multiply the KL by the importance ratio, which makes its gradient the unbiased
+            reverse-KL gradient (TRL's default since 1.x, after DeepSeek-V3.2).
+    """
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    adv = advantages.unsqueeze(1)  # [B, 1]
+    ratio = torch.exp(logps - old_logps)  # [B, T]
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)  # [B, T]
+    per_token = -torch.min(ratio * adv, clipped * adv)  # [B, T]
+    kl = None
+    if beta != 0.0:
+        if ref_logps is None:
+            raise ValueError("beta != 0 needs ref_logps")
+        kl = kl_k3(logps, ref_logps)
+        if use_bias_correction_kl:
+            kl = kl * ratio
+        per_token = per_token + beta * kl
+    return SurrogateTerms(
+        per_token_loss=per_token,
+        low_clipped=(ratio < 1 - epsilon) & (adv < 0),
+        high_clipped=(ratio > 1 + eps_high) & (adv > 0),
+        kl=kl,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# loss aggregation, by name
+
+# (per_token_loss [b, T], mask [b, T], max_completion_length, num_items_in_batch, batch_rows) -> scalar.
+# Every aggregation is additive over micro-batches: summing it over the micro-batches of one generation batch gives
+# the loss of the whole batch, which is what TRL computes with gradient accumulation.
+Aggregation = Callable[[Tensor, Tensor, int, float, int], Tensor]
+LOSSES: dict[str, Aggregation] = {}
+
+
+def register_loss(name: str) -> Callable[[Aggregation], Aggregation]:
+    def wrap(fn: Aggregation) -> Aggregation:
+        if name in LOSSES:
+            raise ValueError(f"loss_type {name!r} is already registered")
+        LOSSES[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_loss(name: str) -> Aggregation:
+    try:
+        return LOSSES[name]
+    except KeyError:
+        raise KeyError(f"unknown loss_type {name!r}; registered: {sorted(LOSSES)}") from None
+
+
+@register_loss("grpo")
+def grpo_aggregate(per_token_loss: Tensor, mask: Tensor, max_len: int, num_items: float, batch_rows: int) -> Tensor:
+    """Mean over each sequence's tokens, then over sequences (length-biased, as TRL warns)."""
+    return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / batch_rows
+
+
+@register_loss("dr_grpo")
+def dr_grpo_aggregate(per_token_loss: Tensor, mask: Tensor, max_len: int, num_items: float, batch_rows: int) -> Tensor:
+    """Token sum over a constant: batch rows times the maximum completion length (Dr. GRPO)."""
+    return (per_token_loss * mask).sum() / (batch_rows * max_len)
+
+
+@register_loss("dapo")
+def dapo_aggregate(per_token_loss: Tensor, mask: Tensor, max_len: int, num_items: float, batch_rows: int) -> Tensor:
+    """Token sum over the number of completion tokens in the whole generation batch (DAPO; TRL's default)."""
+    return (per_token_loss * mask).sum() / max(float(num_items), 1.0)
+
+
+def policy_loss(
+    logps: Tensor,
+    old_logps: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    loss_type: str,
+    epsilon: float,
+    epsilon_high: float | None = None,
+    beta: float = 0.0,
+    ref_logps: Tensor | None = None,
+    use_bias_correction_kl: bool = True,
+    max_completion_length: int,
+    num_items_in_batch: float | None = None,
+    batch_rows: int | None = None,
+) -> tuple[Tensor, SurrogateTerms]:
+    """The GRPO loss of one (micro-)batch: clipped surrogate, then the ``loss_type`` aggregation.
+
+    Args:
+        logps, old_logps, ref_logps, mask: [B, T]; mask is 1 on completion tokens.
+        advantages: [B].
+        num_items_in_batch: completion tokens in the whole generation batch (dapo); defaults to ``mask.sum()``.
+        batch_rows: completions in the whole generation batch (grpo, dr_grpo); defaults to B. Pass both when this
+            call sees one micro-batch of a larger batch, and sum the returned losses.
+
+    Returns:
+        (scalar loss, the per-token terms for logging).
+    """
+    terms = clipped_surrogate(logps, old_logps, advantages, epsilon, epsilon_high, beta, ref_logps,
+                              use_bias_correction_kl)
+    num_items = float(mask.sum()) if num_items_in_batch is None else num_items_in_batch
+    rows = logps.size(0) if batch_rows is None else batch_rows
+    loss = get_loss(loss_type)(terms.per_token_loss, mask, max_completion_length, num_items, rows)
+    return loss, terms
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> float:
+    """Mean of ``x`` over ``mask`` (0.0 for an empty mask); shapes [B, T]."""
+    total = mask.sum()
+    return float((x * mask).sum() / total) if total > 0 else 0.0

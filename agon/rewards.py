@@ -1,0 +1,109 @@
+"""Reward modes of the draft-and-challenge game, looked up by name in ``REWARD_MODES``.
+
+A mode maps one batch of outcomes (drafter correct ``a``, challenger correct ``b``, lengths, format flags) to each
+role's reward *components*; the reward is their sum and every component is logged on its own. Correctness is the
+only input to "all wrong" checks elsewhere: shaped terms never decide whether a group carries signal.
+
+    drafter     r_d = correct_weight * a  (+ team_weight * b under cooperative)
+    challenger  competitive: correct_weight * b + conversion_bonus * b * (1 - a)
+                             + length_tiebreak * b * a * [len(z) < len(y)] + format_weight * format_ok(z)
+                cooperative: correct_weight * b
+    paper       competitive with the secondary note's weights (2, 1, 0, 0.5), set in conf/reward/paper.yaml
+
+A NaN correctness (the verifier could not score the completion) makes that row's reward NaN, which the advantage
+leaves out of its group and gives advantage 0. Without a challenger (vanilla GRPO) only the drafter's terms exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One game batch, every tensor [B] float (correctness 0/1, NaN when unscorable; lengths in tokens)."""
+
+    draft_correct: Tensor
+    draft_tokens: Tensor
+    draft_format: Tensor
+    challenge_correct: Tensor | None = None
+    challenge_tokens: Tensor | None = None
+    challenge_format: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class RoleRewards:
+    """Named components [B] each; ``total`` is their sum."""
+
+    components: dict[str, Tensor]
+
+    @property
+    def total(self) -> Tensor:
+        return torch.stack(list(self.components.values())).sum(0)
+
+
+@dataclass(frozen=True)
+class RoundRewards:
+    drafter: RoleRewards
+    challenger: RoleRewards | None
+
+
+RewardMode = Callable[[Outcome, Any], RoundRewards]
+REWARD_MODES: dict[str, RewardMode] = {}
+
+
+def register_reward(name: str) -> Callable[[RewardMode], RewardMode]:
+    def wrap(fn: RewardMode) -> RewardMode:
+        if name in REWARD_MODES:
+            raise ValueError(f"reward mode {name!r} is already registered")
+        REWARD_MODES[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_reward_mode(name: str) -> RewardMode:
+    try:
+        return REWARD_MODES[name]
+    except KeyError:
+        raise KeyError(f"unknown reward.name {name!r}; registered: {sorted(REWARD_MODES)}") from None
+
+
+def compute_rewards(outcome: Outcome, cfg: Any) -> RoundRewards:
+    """The rewards of ``outcome`` under the mode ``cfg.name`` with ``cfg``'s weights."""
+    return get_reward_mode(cfg.name)(outcome, cfg)
+
+
+@register_reward("competitive")
+def competitive(o: Outcome, w: Any) -> RoundRewards:
+    drafter = RoleRewards({"correct": w.correct_weight * o.draft_correct})
+    if o.challenge_correct is None:
+        return RoundRewards(drafter, None)
+    a, b = o.draft_correct, o.challenge_correct
+    shorter = (o.challenge_tokens < o.draft_tokens).float()
+    challenger = RoleRewards(
+        {
+            "correct": w.correct_weight * b,
+            "conversion": w.conversion_bonus * b * (1 - a),
+            "tiebreak": w.length_tiebreak * b * a * shorter,
+            "format": w.format_weight * o.challenge_format,
+        }
+    )
+    return RoundRewards(drafter, challenger)
+
+
+@register_reward("cooperative")
+def cooperative(o: Outcome, w: Any) -> RoundRewards:
+    if o.challenge_correct is None:
+        return RoundRewards(RoleRewards({"correct": w.correct_weight * o.draft_correct}), None)
+    drafter = RoleRewards({"correct": w.correct_weight * o.draft_correct, "team": w.team_weight * o.challenge_correct})
+    return RoundRewards(drafter, RoleRewards({"correct": w.correct_weight * o.challenge_correct}))
+
+
+# the paper's form is the competitive formula with other weights (conf/reward/paper.yaml)
+register_reward("paper")(competitive)

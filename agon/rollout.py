@@ -1,0 +1,123 @@
+"""Rollouts of the draft-and-challenge game: draft, recap, challenge, as small dataclasses.
+
+``play`` samples ``group_size`` drafts per problem from the drafter on the plain prompt, grades them, extracts each
+draft's recap (visible text after ``</think>``, final answer removed; never the reasoning), then, when a challenger
+is given, samples one challenge per draft: from a prompt holding the problem and that recap (``exchange=visible``)
+or from the plain prompt (``exchange=hidden``: the rival is out of context, its outcome still enters the reward).
+Rows are ordered problem-major, so each problem's ``group_size`` rows are one GRPO group for either role.
+
+Adapter names are the ones in ``Policies``; ``None`` plays the untrained base (the mixture-of-agents baseline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from agon.policies import Completion, Policies
+from agon.rewards import Outcome
+from agon.tasks import Problem, Task, Verdict
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_new_tokens: int
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0
+    batch_size: int = 512
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One completion of one role: the prompt it saw, what it wrote, and the verdict."""
+
+    prompt: str
+    completion: Completion
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class Round:
+    """One draft and (for two-role methods) the challenge that answered it."""
+
+    problem: Problem
+    draft: Attempt
+    recap: str
+    challenge: Attempt | None = None
+
+
+@dataclass(frozen=True)
+class Game:
+    """A batch of rounds, problem-major: rows ``[p * group_size, (p + 1) * group_size)`` share problem ``p``."""
+
+    rounds: list[Round]
+    drafter: str | None
+    challenger: str | None
+    group_size: int
+
+    def attempts(self, role: str) -> list[Attempt]:
+        return [r.draft if role == "drafter" else r.challenge for r in self.rounds]  # type: ignore[misc]
+
+    def outcome(self) -> Outcome:
+        def correct(attempts: Sequence[Attempt]) -> torch.Tensor:
+            return torch.tensor([float("nan") if a.verdict.failed else float(a.verdict.correct) for a in attempts])
+
+        def tokens(attempts: Sequence[Attempt]) -> torch.Tensor:
+            return torch.tensor([float(a.completion.n_tokens) for a in attempts])
+
+        def fmt(attempts: Sequence[Attempt]) -> torch.Tensor:
+            return torch.tensor([float(a.verdict.format_ok) for a in attempts])
+
+        drafts = self.attempts("drafter")
+        if self.rounds[0].challenge is None:
+            return Outcome(correct(drafts), tokens(drafts), fmt(drafts))
+        challenges = self.attempts("challenger")
+        return Outcome(correct(drafts), tokens(drafts), fmt(drafts),
+                       correct(challenges), tokens(challenges), fmt(challenges))
+
+
+def _attempts(policies: Policies, task: Task, adapter: str | None, problems: Sequence[Problem],
+              prompts: Sequence[str], sampling: Sampling) -> list[Attempt]:
+    completions = policies.sample(prompts, adapter, max_new_tokens=sampling.max_new_tokens,
+                                  temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                                  batch_size=sampling.batch_size)
+    verdicts = task.verify(problems, [c.text for c in completions])
+    return [Attempt(p, c, v) for p, c, v in zip(prompts, completions, verdicts, strict=True)]
+
+
+def render(policies: Policies, task: Task, model_cfg: Any, message: str) -> str:
+    return policies.render(message, system=task.cfg.system_prompt, enable_thinking=model_cfg.enable_thinking)
+
+
+def play(
+    policies: Policies,
+    task: Task,
+    model_cfg: Any,
+    problems: Sequence[Problem],
+    *,
+    drafter: str | None,
+    challenger: str | None | bool,
+    exchange: str,
+    group_size: int,
+    sampling: Sampling,
+) -> Game:
+    """Draft ``group_size`` times per problem with ``drafter``; challenge each draft with ``challenger``.
+
+    ``challenger=False`` plays drafts only (vanilla GRPO, solo evaluation); ``None`` means the base model.
+    """
+    rows = [p for p in problems for _ in range(group_size)]
+    plain = [render(policies, task, model_cfg, task.user_message(p)) for p in rows]
+    drafts = _attempts(policies, task, drafter, rows, plain, sampling)
+    recaps = [task.recap(d.completion.text) for d in drafts]
+    if challenger is False:
+        return Game([Round(p, d, r) for p, d, r in zip(rows, drafts, recaps)], drafter, None, group_size)
+    if exchange == "visible":
+        prompts = [render(policies, task, model_cfg, task.challenge_message(p, r)) for p, r in zip(rows, recaps)]
+    else:
+        prompts = plain
+    challenges = _attempts(policies, task, challenger, rows, prompts, sampling)  # type: ignore[arg-type]
+    rounds = [Round(p, d, r, c) for p, d, r, c in zip(rows, drafts, recaps, challenges)]
+    return Game(rounds, drafter, challenger, group_size)  # type: ignore[arg-type]

@@ -1,0 +1,136 @@
+"""Entry point: ``python -m agon.run [overrides]`` (``-m`` for a sweep). Compose, validate, train, evaluate, write.
+
+The config is checked (``config.validate``) before any model loads. Each run writes into its Hydra output directory
+(DESIGN.md section 2); the recorder is closed in ``finally`` so a failing cell of a multirun still finishes its W&B
+run and the next cell starts clean.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.metadata
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from agon.config import to_plain, validate
+
+PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "hydra-core", "omegaconf", "wandb", "datasets",
+            "math-verify", "reasoning-gym", "tokenizers")
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _run_dir(cfg: DictConfig) -> Path:
+    if cfg.output_dir:
+        return Path(cfg.output_dir)
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def _overrides() -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return HydraConfig.get().job.override_dirname
+    except ValueError:  # called outside Hydra (tests)
+        return ""
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Train and evaluate one configuration; returns the summary written to ``summary.json``."""
+    from agon.policies import Policies, load_base
+    from agon.recorder import Recorder, build_logger
+    from agon.tasks import build_task
+    from agon.trainer import Trainer
+
+    validate(cfg)
+    t0 = time.time()
+    run_dir = _run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    recorder = Recorder(run_dir, build_logger(cfg, run_dir))
+    task, exit_code = None, 1
+    try:
+        task = build_task(cfg.task)
+        model, tokenizer = load_base(cfg.model, cfg.task)
+        adapters = ["A", "B"] if cfg.method.name == "agon" else ["A"]
+        policies = Policies(model, tokenizer, adapters, cfg.model.lora, cfg.model.gradient_checkpointing)
+        if cfg.method.name == "agon" and cfg.init.mode == "divergent":
+            policies.perturb("B", cfg.init.std, seed=cfg.init.seed + cfg.seed)
+        trainer = Trainer(cfg, policies, task, recorder, run_dir)
+        start = trainer.evaluate("start").metrics if cfg.eval.at_start else {}
+        if cfg.method.train:
+            trainer.train(progress=cfg.progress)
+        final = trainer.evaluate("final").metrics
+        policies.save_adapters(run_dir / "adapters")
+        if cfg.method.train and trainer.state.step:
+            trainer.save_checkpoint()
+        summary = {
+            **final,
+            "eval/accuracy_at_start": start.get("eval/accuracy"),
+            "train/steps": trainer.state.step,
+            "train/generated_tokens": trainer.state.generated_tokens,
+            "train/verifier_failures": trainer.state.verifier_failures,
+            "time/train_s": trainer.state.train_seconds,
+            "time/total_s": time.time() - t0,
+            "method": cfg.method.name, "reward": cfg.reward.name, "exchange": cfg.exchange.mode,
+            "rotation": cfg.rotation.mode, "init": cfg.init.mode, "task": cfg.task.name, "model": cfg.model.name,
+            "experiment": cfg.experiment, "seed": cfg.seed, "overrides": _overrides(),
+            "git_commit": _git_commit(), "versions": _versions(), "config": to_plain(cfg),
+        }
+        recorder.write_summary(summary)
+        _report(summary)
+        exit_code = 0
+        return summary
+    finally:
+        recorder.close(exit_code)
+        if task is not None:
+            task.close()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _report(s: dict[str, Any]) -> None:
+    def pct(key: str) -> str:
+        return "n/a" if s.get(key) is None else f"{100 * s[key]:.1f}%"
+
+    print(f"[agon] {s['method']} {s['overrides'] or '(defaults)'}: accuracy {pct('eval/accuracy_at_start')} -> "
+          f"{pct('eval/accuracy')} on {s['eval/n_problems']} problems x {s['eval/samples']} samples; "
+          f"A {pct('eval/solo_acc_A')}, B {pct('eval/solo_acc_B')}, conversion {pct('eval/conversion_rate')}, "
+          f"regression {pct('eval/regression_rate')}; {s['train/steps']} steps in {s['time/total_s']:.0f}s")
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    OmegaConf.set_readonly(cfg, True)
+    return run(cfg)["eval/accuracy"]
+
+
+if __name__ == "__main__":
+    main()

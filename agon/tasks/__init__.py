@@ -1,0 +1,119 @@
+"""Tasks: problems, their held-out split, and a verifier, behind one small interface and a registry by name.
+
+A task family is a subclass of ``Task`` registered with ``@register_task("kind")``; ``build_task(cfg)`` looks it
+up by ``cfg.kind`` and nothing else creates tasks. Verification takes whole batches so that a family can grade in
+worker processes; it never raises for a bad completion and never returns a silent zero: every ``Verdict`` says
+why it scored as it did, and ``status`` values other than ``ok``/``wrong``/``no_answer`` are counted as verifier
+failures by the trainer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+from agon.tasks.text import remove_boxed, visible_text
+
+# Statuses a verifier may return. ok/wrong/no_answer are the model's doing; the rest are the verifier's failures.
+MODEL_STATUSES = ("ok", "wrong", "no_answer")
+FAILURE_STATUSES = ("timeout", "error", "unscorable")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: what the model reads, and what the verifier needs to grade it."""
+
+    id: str
+    question: str
+    # the gold answer as text (None for code problems, whose gold is their tests in meta)
+    answer: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    # the completion has a closed reasoning block and a final answer in the expected form
+    format_ok: bool
+    # ok | wrong | no_answer | timeout | error | unscorable
+    status: str = "ok"
+    detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """True when the verifier, not the model, is why this could not be scored."""
+        return self.status in FAILURE_STATUSES
+
+
+class Task(ABC):
+    """A task family. Subclasses set ``kind`` and implement the three abstract methods."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    @abstractmethod
+    def train_problems(self) -> Sequence[Problem]:
+        """The training pool (disjoint from the held-out split)."""
+
+    @abstractmethod
+    def heldout_problems(self) -> Sequence[Problem]:
+        """The fixed held-out split, the same in every run with the same task config."""
+
+    @abstractmethod
+    def verify(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Verdict]:
+        """Grade ``completions[i]`` against ``problems[i]``. Never raises for a bad completion."""
+
+    def user_message(self, problem: Problem) -> str:
+        return problem.question + self.cfg.instruction
+
+    def challenge_message(self, problem: Problem, recap: str) -> str:
+        return self.cfg.challenge_template.format(problem=self.user_message(problem), recap=recap)
+
+    def strip_answer(self, visible: str) -> str:
+        """The visible text with the final answer removed (math: every box; code tasks override)."""
+        return remove_boxed(visible)
+
+    def recap(self, completion: str) -> str:
+        """What a challenger may read of a draft: visible text, final answer removed; empty without ``</think>``."""
+        visible = visible_text(completion)
+        return "" if visible is None else self.strip_answer(visible).strip()
+
+    def close(self) -> None:
+        """Release worker pools or sandboxes."""
+
+
+TASKS: dict[str, type[Task]] = {}
+# modules imported on first lookup, so heavy optional imports (datasets, math-verify) load only when used
+_TASK_MODULES = {
+    "arithmetic": "agon.tasks.arithmetic",
+    "reasoning_gym": "agon.tasks.reasoning_gym",
+    "deepmath": "agon.tasks.deepmath",
+    "codecontests": "agon.tasks.codecontests",
+}
+for _kind in _TASK_MODULES:
+    TASKS.setdefault(_kind, None)  # type: ignore[arg-type]  # known name, class filled in on import
+
+
+def register_task(kind: str) -> Callable[[type[Task]], type[Task]]:
+    def wrap(cls: type[Task]) -> type[Task]:
+        if TASKS.get(kind) is not None and TASKS[kind] is not cls:
+            raise ValueError(f"task kind {kind!r} is already registered to {TASKS[kind].__name__}")
+        cls.kind = kind
+        TASKS[kind] = cls
+        return cls
+
+    return wrap
+
+
+def build_task(cfg: Any) -> Task:
+    """The task for ``cfg.kind`` (``task.kind`` in the config)."""
+    kind = cfg.kind
+    if kind not in TASKS:
+        raise KeyError(f"unknown task.kind {kind!r}; registered: {sorted(TASKS)}")
+    if TASKS[kind] is None:
+        importlib.import_module(_TASK_MODULES[kind])
+    return TASKS[kind](cfg)

@@ -1,0 +1,57 @@
+"""Text surgery shared by every task: the visible part of a completion, boxed answers, the recap.
+
+A completion looks like ``<think>reasoning</think>visible text \\boxed{answer}``. The visible part is what follows
+the last ``</think>``; a completion without a closed reasoning block has no visible part at all (a format
+failure, as DeepMath scores it). Boxes are found by a balanced-brace scan because a regex breaks on
+``\\boxed{\\frac{1}{2}}``.
+"""
+
+from __future__ import annotations
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+BOX = "\\boxed{"
+
+
+def visible_text(completion: str) -> str | None:
+    """The text after the last ``</think>``, or None when the reasoning block never closed."""
+    head, sep, tail = completion.rpartition(THINK_CLOSE)
+    return tail if sep else None
+
+
+def box_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every top-level, balanced ``\\boxed{...}``; an unclosed box runs to the end of the text."""
+    spans: list[tuple[int, int]] = []
+    i = text.find(BOX)
+    while i != -1:
+        depth, j = 1, i + len(BOX)
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        spans.append((i, j))
+        i = text.find(BOX, j)
+    return spans
+
+
+def boxed_answers(text: str) -> list[str]:
+    """Contents of every top-level box, in order (an unclosed box yields its partial content)."""
+    out = []
+    for start, end in box_spans(text):
+        inner = text[start + len(BOX) : end]
+        out.append(inner[:-1] if inner.endswith("}") else inner)
+    return out
+
+
+def last_boxed(text: str) -> str | None:
+    answers = boxed_answers(text)
+    return answers[-1] if answers else None
+
+
+def remove_boxed(text: str) -> str:
+    """The text with every ``\\boxed{...}`` cut out (balanced braces, so nested ones go too)."""
+    out, last = [], 0
+    for start, end in box_spans(text):
+        out.append(text[last:start])
+        last = end
+    out.append(text[last:])
+    return "".join(out)

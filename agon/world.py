@@ -1,0 +1,212 @@
+"""The offline world: a small Qwen3-architecture model and its tokenizer, built and warm-started locally.
+
+No machine here reaches a model hub, so the default run builds its own base model: ``Qwen3ForCausalLM`` from a
+``Qwen3Config``, a character-level tokenizer built with the ``tokenizers`` library (printable ASCII plus Qwen3's
+special tokens and a compact chat template), warm-started by supervised training on worked arithmetic solutions
+until it is imperfect but competent, then saved with ``save_pretrained``. Runs load it back through the same
+``from_pretrained`` path a hub model takes.
+
+The warm start also trains the challenge format (problem, separator, a rival's recap), with recaps that are sometimes
+wrong, so the challenger's prompt is in distribution from step 0 and trusting a recap blindly is not free.
+
+The result is cached under ``$AGON_CACHE`` (default ``~/.cache/agon``) in a directory named by a hash of everything
+that shapes it; it is built in a temporary directory and renamed into place, under a file lock, so parallel runs
+never see half a model and build it once.
+
+Left out on purpose: a learned BPE. Characters keep the vocabulary tiny, and arithmetic wants digits as tokens.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import string
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+# bump when the tokenizer, the template or the warm-start data change, so stale caches are not reused
+WORLD_VERSION = 3
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+# multi-character pieces that get one token each (shorter sequences, same text)
+EXTRA_TOKENS = ["\\boxed{"]
+CHAT_TEMPLATE = (
+    "{%- for m in messages -%}<|im_start|>{{ m['role'][0] }}{{ m['content'] }}<|im_end|>{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>a{%- endif -%}"
+)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("AGON_CACHE", Path.home() / ".cache" / "agon"))
+
+
+def build_tokenizer():
+    """A character-level ``PreTrainedTokenizerFast`` with Qwen3's special tokens and a compact chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted(set(string.printable) - set("\x0b\x0c\r"))
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + EXTRA_TOKENS + chars)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<|endoftext|>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[1:2] + SPECIAL_TOKENS[3:],
+    )
+    tok.add_tokens(EXTRA_TOKENS)
+    tok.chat_template = CHAT_TEMPLATE
+    tok.padding_side = "left"
+    return tok
+
+
+def build_model(tiny: Any, vocab_size: int, seed: int = 0):
+    """A randomly initialised ``Qwen3ForCausalLM`` of the tiny shape."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=tiny.hidden_size,
+        intermediate_size=tiny.intermediate_size,
+        num_hidden_layers=tiny.num_layers,
+        num_attention_heads=tiny.num_heads,
+        num_key_value_heads=tiny.num_kv_heads,
+        head_dim=tiny.hidden_size // tiny.num_heads,
+        max_position_embeddings=tiny.max_position,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(config)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# warm start
+
+
+def _warm_start_texts(task, pool, n: int, rng: random.Random, tokenizer) -> list[tuple[str, str]]:
+    """(prompt, completion) pairs: half plain problems, half challenges with a rival's recap (30% of them wrong)."""
+    from agon.tasks.arithmetic import worked_solution
+
+    out = []
+    for _ in range(n):
+        problem = pool[rng.randrange(len(pool))]
+        message = task.user_message(problem)
+        if rng.random() < 0.5:
+            rival = worked_solution(problem.question, rng if rng.random() < 0.3 else None)
+            message = task.challenge_message(problem, task.recap(rival))
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
+                                               add_generation_prompt=True)
+        out.append((prompt, worked_solution(problem.question) + tokenizer.eos_token))
+    return out
+
+
+def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[str, float]:
+    """Supervised training on worked solutions (loss on completion tokens only), cosine learning rate."""
+    from agon.tasks import build_task
+
+    task = build_task(task_cfg)
+    pool = task.train_problems()
+    rng = random.Random(tiny.warmup_seed)
+    torch.manual_seed(tiny.warmup_seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=tiny.warmup_lr, weight_decay=0.01, betas=(0.9, 0.98))
+    ramp = max(1, tiny.warmup_steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: min(1.0, (s + 1) / ramp) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / tiny.warmup_steps))),
+    )
+    model.train()
+    t0, loss_ema = time.time(), None
+    for step in range(tiny.warmup_steps):
+        pairs = _warm_start_texts(task, pool, tiny.warmup_batch_size, rng, tokenizer)
+        prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in pairs]
+        comp_ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for _, c in pairs]
+        width = max(len(p) + len(c) for p, c in zip(prompt_ids, comp_ids))
+        ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
+        labels = torch.full((len(pairs), width), -100)
+        attn = torch.zeros((len(pairs), width), dtype=torch.long)
+        for i, (p, c) in enumerate(zip(prompt_ids, comp_ids)):
+            seq = p + c  # right padding for training
+            ids[i, : len(seq)] = torch.tensor(seq)
+            labels[i, len(p) : len(seq)] = torch.tensor(c)
+            attn[i, : len(seq)] = 1
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+        if step % 100 == 0 or step == tiny.warmup_steps - 1:
+            log(f"[world] warm start step {step}/{tiny.warmup_steps} loss {loss_ema:.3f} ({time.time() - t0:.0f}s)")
+    model.eval()
+    return {"warmup/final_loss": float(loss_ema or 0.0), "warmup/seconds": time.time() - t0}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cache
+
+
+def world_key(model_cfg: Any, task_cfg: Any) -> str:
+    """Hash of everything that shapes the warm-started model."""
+    tiny = OmegaConf.to_container(model_cfg.tiny, resolve=True) if isinstance(model_cfg.tiny, DictConfig) else dict(
+        vars(model_cfg.tiny))
+    task = {k: task_cfg[k] for k in ("min_terms", "max_terms", "max_operand", "split_seed", "heldout_size",
+                                     "challenge_template", "instruction")}
+    blob = json.dumps({"v": WORLD_VERSION, "tiny": tiny, "task": task}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _arithmetic_cfg(task_cfg: Any) -> Any:
+    """The warm start always uses the arithmetic task (the world's native task), with the run's knobs if it is one."""
+    from agon.config import ArithmeticTaskConfig
+
+    base = OmegaConf.structured(ArithmeticTaskConfig)
+    if task_cfg is not None and task_cfg.kind == "arithmetic":
+        return OmegaConf.merge(base, task_cfg)
+    return base
+
+
+def ensure_world(model_cfg: Any, task_cfg: Any = None, log=print) -> Path:
+    """Directory of the warm-started tiny model, building it on first use. Safe under concurrent callers."""
+    task_cfg = _arithmetic_cfg(task_cfg)
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"tiny-{world_key(model_cfg, task_cfg)}"
+    if (final / "world.json").exists():
+        return final
+    with open(root / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits here, then finds the finished model
+        if (final / "world.json").exists():
+            return final
+        log(f"[world] building the offline model into {final} (one-time warm start)")
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}."))
+        try:
+            tokenizer = build_tokenizer()
+            model = build_model(model_cfg.tiny, len(tokenizer), seed=model_cfg.tiny.warmup_seed)
+            stats = warm_start(model, tokenizer, model_cfg.tiny, task_cfg, log=log)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            # world.json is written last: its presence marks a complete model
+            (tmp / "world.json").write_text(json.dumps({"key": final.name, "version": WORLD_VERSION, **stats}))
+            if final.exists():  # a stale partial directory (no world.json) from a killed build
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return final

@@ -1,0 +1,396 @@
+"""Run directories (or W&B runs) -> three tidy pandas frames.
+
+``load_runs(path)`` accepts a multirun root (holding ``multirun.yaml``), a single run directory, or any directory
+above several of them, and returns ``Runs(runs, steps, evals)``:
+
+    runs    one row per run: ``run_id``, ``run_dir``, ``sweep``, ``status`` ("complete" when ``summary.json``
+            exists, else "incomplete"), the axes ``method reward exchange rotation init task model experiment
+            seed``, ``overrides``, ``extra`` (overrides that are not an axis or the seed, less those every loaded
+            run shares), the cell's ``cell`` label and ``cell_key``, ``headline_orders``, and every numeric value
+            of ``summary.json`` under its own name (``eval/accuracy``, ``eval/final_trace_tokens``, ...)
+    steps   one row per (run, ``train/step``) from ``metrics.jsonl`` (a step's training and evaluation rows
+            merged), with ``run_id``, ``cell``, ``cell_key``, ``seed``
+    evals   the rows of ``eval.jsonl`` (problem x sample x order x stage) with ``run_id``, ``cell``, ``cell_key``
+
+A *cell* is one point of the design: the axes that apply to the run's method plus any extra overrides, seeds
+pooled. Axes that do not apply to a method (``NOT_APPLICABLE``, e.g. the reward of vanilla GRPO) are left out
+of its cell, so baselines launched with different defaults still pool.
+
+``load_runs(source="wandb", project=..., filters=...)`` builds the same frames from ``wandb.Api().runs``
+(history instead of ``metrics.jsonl``; ``evals`` is empty, since per-problem rows are local only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+AXES = ("method", "reward", "exchange", "rotation", "init", "task", "model")
+# where each axis lives in the resolved config
+AXIS_KEYS = {
+    "method": "method.name",
+    "reward": "reward.name",
+    "exchange": "exchange.mode",
+    "rotation": "rotation.mode",
+    "init": "init.mode",
+    "task": "task.name",
+    "model": "model.name",
+}
+# axes that have no effect for a method: left out of its cell and shown as "-" in tables
+NOT_APPLICABLE = {
+    "grpo": ("reward", "exchange", "rotation", "init"),
+    "self_refine": ("rotation", "init"),
+    "moa": ("reward", "rotation", "init"),
+}
+# override keys that never split cells (the seed pools; the rest do not change results)
+POOLED_OVERRIDES = ("seed", "logger", "output_dir", "progress")
+NA = "-"
+# canonical order of values in tables and figures
+ORDER = {
+    "method": ("agon", "self_refine", "grpo", "moa"),
+    "reward": ("competitive", "cooperative", "paper"),
+    "exchange": ("visible", "hidden"),
+    "rotation": ("alternate", "fixed"),
+    "init": ("divergent", "symmetric"),
+}
+METHOD_LABELS = {"grpo": "GRPO", "self_refine": "self-refine", "moa": "MoA (untrained)"}
+# summary.json numbers every runs frame has (NaN where a run lacks them), so consumers need no column checks
+SUMMARY_NUMBERS = (
+    "eval/accuracy",
+    "eval/accuracy_at_start",
+    "eval/final_trace_tokens",
+    "eval/cascade_acc_AB",
+    "eval/cascade_acc_BA",
+    "eval/solo_acc_A",
+    "eval/solo_acc_B",
+    "eval/conversion_rate",
+    "eval/regression_rate",
+    "eval/n_problems",
+    "eval/samples",
+    "train/steps",
+    "train/generated_tokens",
+    "time/total_s",
+)
+RUN_FILES = ("summary.json", "metrics.jsonl", os.path.join(".hydra", "config.yaml"))
+SKIP_DIRS = {"wandb", "checkpoints", "adapters", ".hydra", "__pycache__", ".git"}
+
+
+@dataclass
+class RunRecord:
+    """Everything read about one run, before it becomes frame rows."""
+
+    run_id: str
+    run_dir: str | None = None
+    sweep: str | None = None
+    summary: dict | None = None
+    config: dict | None = None
+    overrides: list[str] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Runs:
+    runs: pd.DataFrame
+    steps: pd.DataFrame
+    evals: pd.DataFrame
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# local files
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a torn last line from a crash
+                continue
+    return rows
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text()) if path.exists() else None
+    except yaml.YAMLError:
+        return None
+
+
+def is_run_dir(path: Path) -> bool:
+    return any((path / f).exists() for f in RUN_FILES)
+
+
+def sweep_name(sweep_dir: Path) -> str:
+    """A sweep's name: ``multirun/2026-11-30/10-00-00`` -> ``2026-11-30/10-00-00`` (the parts after ``multirun``, or
+    ``<date>/<time>`` in Hydra's layout under any base directory), else the directory's name."""
+    parts = Path(sweep_dir).resolve().parts
+    if "multirun" in parts:
+        rest = parts[len(parts) - parts[::-1].index("multirun") :]
+        if rest:
+            return "/".join(rest)
+    if len(parts) > 1 and re.fullmatch(r"\d{4}-\d{2}-\d{2}", parts[-2]):
+        return "/".join(parts[-2:])
+    return Path(sweep_dir).name
+
+
+def find_run_dirs(path: str | Path) -> list[Path]:
+    """Run directories at or below ``path``, sorted (multirun cells by job number)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no such directory: {path}")
+    if is_run_dir(path) and not (path / "multirun.yaml").exists():
+        return [path]
+    found = []
+    for root, dirs, _ in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        here = Path(root)
+        if here != path and is_run_dir(here):
+            found.append(here)
+            dirs[:] = []
+
+    def key(p: Path) -> tuple:
+        head = p.name.split("_", 1)[0]
+        return (str(p.parent), int(head) if head.isdigit() else math.inf, p.name)
+
+    return sorted(found, key=key)
+
+
+def read_run_dir(run_dir: Path, root: Path | None = None) -> RunRecord:
+    """One run directory as a RunRecord (missing files give empty parts)."""
+    run_dir = Path(run_dir)
+    sweep_dir = next((p for p in (run_dir.parent, run_dir.parent.parent) if (p / "multirun.yaml").exists()), None)
+    sweep = sweep_name(sweep_dir) if sweep_dir is not None else None
+    run_id = f"{sweep}/{run_dir.name}" if sweep else str(run_dir.relative_to(root) if root else run_dir.name)
+    summary = None
+    if (run_dir / "summary.json").exists():
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+        except json.JSONDecodeError:
+            summary = None
+    config = _read_yaml(run_dir / ".hydra" / "config.yaml")
+    overrides = _read_yaml(run_dir / ".hydra" / "overrides.yaml") or []
+    return RunRecord(
+        run_id=run_id,
+        run_dir=str(run_dir),
+        sweep=sweep,
+        summary=summary,
+        config=config if isinstance(config, dict) else None,
+        overrides=[str(o) for o in overrides],
+        metrics=_read_jsonl(run_dir / "metrics.jsonl"),
+        evals=_read_jsonl(run_dir / "eval.jsonl"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# W&B
+
+
+def read_wandb_runs(
+    project: str = "agon",
+    entity: str | None = None,
+    filters: dict | None = None,
+    api: Any = None,
+) -> list[RunRecord]:
+    """W&B runs as RunRecords: config, summary, ``history`` as metric rows, group as sweep, name as overrides."""
+    if api is None:
+        import wandb
+
+        api = wandb.Api(timeout=30)
+    records = []
+    for run in api.runs(f"{entity}/{project}" if entity else project, filters=filters or {}):
+        summary = dict(run.summary._json_dict if hasattr(run.summary, "_json_dict") else run.summary)
+        metrics = []
+        for row in run.scan_history():
+            row = {k: v for k, v in row.items() if not k.startswith("_") and not isinstance(v, dict)}
+            if row.get("train/step") is not None:
+                metrics.append(row)
+        name = getattr(run, "name", "") or ""
+        records.append(
+            RunRecord(
+                run_id=str(run.id),
+                sweep=getattr(run, "group", None),
+                # a final summary was written only if the run reached write_summary
+                summary=summary if "method" in summary else None,
+                config=dict(run.config),
+                overrides=[o for o in name.split(",") if "=" in o],
+                metrics=metrics,
+            )
+        )
+    return records
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# frames
+
+
+def _select(config: dict | None, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cell_label(axes: dict, extra: str) -> str:
+    method = axes["method"]
+    if method in METHOD_LABELS:
+        label = METHOD_LABELS[method]
+        if method == "self_refine" and axes["exchange"] not in (None, "visible"):
+            label += f" · {axes['exchange']}"
+    elif method == "agon" or method is None:
+        label = f"{axes['reward']} · {axes['exchange']}"
+        if axes["rotation"] not in (None, "alternate"):
+            label += " · fixed roles" if axes["rotation"] == "fixed" else f" · {axes['rotation']}"
+        if axes["init"] not in (None, "divergent"):
+            label += f" · {axes['init']} init"
+    else:
+        label = str(method)
+    return f"{label} [{extra}]" if extra else label
+
+
+def _run_row(rec: RunRecord) -> dict:
+    summary, config = rec.summary or {}, rec.config or {}
+    axes = {}
+    for axis in AXES:
+        value = summary.get(axis)
+        axes[axis] = value if value is not None else _select(config, AXIS_KEYS[axis])
+    for axis in NOT_APPLICABLE.get(axes["method"], ()):
+        axes[axis] = NA
+    seed = summary.get("seed", config.get("seed"))
+    experiment = summary.get("experiment", config.get("experiment"))
+    extra = {o for o in rec.overrides if _override_key(o) not in set(AXIS_KEYS) | set(POOLED_OVERRIDES)}
+    row: dict[str, Any] = {
+        "run_id": rec.run_id,
+        "run_dir": rec.run_dir,
+        "sweep": rec.sweep,
+        "status": "complete" if rec.summary is not None else "incomplete",
+        **axes,
+        "experiment": experiment,
+        "seed": seed,
+        "overrides": summary.get("overrides", ",".join(rec.overrides)),
+        "extra": extra,  # a set until frames() removes the overrides every run shares
+        "headline_orders": summary.get("eval/headline_orders"),
+    }
+    for key, value in summary.items():
+        if key not in row and (_number(value) or value is None) and "/" in key:
+            row[key] = value
+    return row
+
+
+def cell_sort_key(row: Any) -> tuple:
+    """Order cells: the 2x2 grid first, then Agon ablations, then baselines; values in ORDER's order."""
+
+    def rank(axis: str) -> int:
+        value = row[axis]
+        order = ORDER.get(axis, ())
+        return order.index(value) if value in order else len(order)
+
+    ablation = row["method"] == "agon" and (row["rotation"] != "alternate" or row["init"] != "divergent")
+    return (
+        rank("method"),
+        int(ablation),
+        rank("reward"),
+        rank("exchange"),
+        rank("rotation"),
+        rank("init"),
+        str(row["task"]),
+        str(row["model"]),
+        str(row.get("extra", "")),
+    )
+
+
+def frames(records: Iterable[RunRecord]) -> Runs:
+    """RunRecords -> Runs(runs, steps, evals)."""
+    records = list(records)
+    run_rows = [_run_row(r) for r in records]
+    # overrides every run shares (e.g. debug=smoke on the whole sweep) split no cells: keep only the differences
+    shared = set.intersection(*(r["extra"] for r in run_rows)) if run_rows else set()
+    settings = {(r["task"], r["model"]) for r in run_rows if r["task"] is not None or r["model"] is not None}
+    for r in run_rows:
+        r["extra"] = ",".join(sorted(r["extra"] - shared))
+        r["cell"] = _cell_label(r, r["extra"])
+        if len(settings) > 1:  # several settings loaded: say which in the label
+            r["cell"] += f" ({r['task']}, {r['model']})"
+        r["cell_key"] = "|".join(f"{a}={r[a]}" for a in AXES) + (f"|{r['extra']}" if r["extra"] else "")
+    runs = pd.DataFrame(run_rows)
+    for key in SUMMARY_NUMBERS:
+        if key not in runs:
+            runs[key] = math.nan
+        runs[key] = pd.to_numeric(runs[key], errors="coerce")
+    step_parts, eval_parts = [], []
+    for rec, row in zip(records, run_rows):
+        ident = {"run_id": rec.run_id, "cell": row["cell"], "cell_key": row["cell_key"], "seed": row["seed"]}
+        if rec.metrics:
+            m = pd.DataFrame([r for r in rec.metrics if r.get("train/step") is not None])
+            if not m.empty:
+                m = m.groupby("train/step", sort=True).last().reset_index()  # last non-null value per key
+                step_parts.append(m.assign(**ident))
+        if rec.evals:
+            eval_parts.append(pd.DataFrame(rec.evals).assign(**ident))
+    steps = pd.concat(step_parts, ignore_index=True) if step_parts else pd.DataFrame(columns=["run_id", "train/step"])
+    evals = pd.concat(eval_parts, ignore_index=True) if eval_parts else pd.DataFrame(columns=["run_id", "problem_id"])
+    if not runs.empty:
+        order = sorted(range(len(runs)), key=lambda i: (cell_sort_key(runs.iloc[i]), str(runs.iloc[i]["seed"])))
+        runs = runs.iloc[order].reset_index(drop=True)
+    return Runs(runs=runs, steps=steps, evals=evals)
+
+
+def load_runs(
+    paths: str | Path | Iterable[str | Path] | None = None,
+    source: str = "local",
+    project: str = "agon",
+    entity: str | None = None,
+    filters: dict | None = None,
+    api: Any = None,
+) -> Runs:
+    """Load runs into tidy frames (see the module docstring).
+
+    :param paths: a multirun root, a run directory, a directory above several, or a list of these (local source)
+    :param source: "local" (run directories, the record) or "wandb" (the W&B API)
+    :param project: W&B project (source="wandb")
+    :param entity: W&B entity (source="wandb"); None means the API's default
+    :param filters: W&B MongoDB-style run filters, e.g. ``{"group": "2026-11-30/10-00-00"}`` (source="wandb")
+    :param api: a ``wandb.Api``-like object (tests pass a stand-in)
+    """
+    if source == "wandb":
+        return frames(read_wandb_runs(project, entity, filters, api))
+    if source != "local":
+        raise ValueError(f"source={source!r}: choose 'local' or 'wandb'")
+    if paths is None:
+        raise ValueError("source='local' needs a path")
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    records, seen = [], set()
+    for path in paths:
+        path = Path(path)
+        for run_dir in find_run_dirs(path):
+            if run_dir.resolve() not in seen:
+                seen.add(run_dir.resolve())
+                records.append(read_run_dir(run_dir, root=path))
+    return frames(records)
+
+
+def newest_multirun(base: str | Path = "multirun") -> Path | None:
+    """The newest multirun root under ``base`` by modification time of its ``multirun.yaml`` (written at launch)."""
+    roots = [p.parent for p in Path(base).glob("**/multirun.yaml")] if Path(base).is_dir() else []
+    return max(roots, key=lambda p: (p / "multirun.yaml").stat().st_mtime, default=None)

@@ -1,0 +1,383 @@
+"""Per-cell tables: the sweep summary printed after a multirun, and the paper table (CSV, Markdown, LaTeX).
+
+``cells_table(runs)`` pools the complete runs of each cell (seeds) into one row: mean accuracy at start and at the
+end, their difference, conversion and regression rates and final-stage trace length. ``results_table`` adds a
+95% bootstrap interval of the accuracy (over seeds where a cell has several, else over problems of its one run)
+and the paper's reported values where the cell matches one (``PAPER``). Fractions stay fractions in the frames;
+the text formats show percentages.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.load import NA, Runs, load_runs
+
+# summary.json key -> cells_table column
+METRICS = {
+    "eval/accuracy_at_start": "accuracy_at_start",
+    "eval/accuracy": "accuracy",
+    "eval/conversion_rate": "conversion_rate",
+    "eval/regression_rate": "regression_rate",
+    "eval/final_trace_tokens": "final_trace_tokens",
+}
+AXIS_COLUMNS = ["method", "reward", "exchange", "rotation", "init"]
+PERCENT_COLUMNS = (
+    "accuracy_at_start",
+    "accuracy",
+    "delta",
+    "conversion_rate",
+    "regression_rate",
+    "accuracy_ci_low",
+    "accuracy_ci_high",
+    "paper_accuracy",
+)
+TEXT_COLUMNS = ("cell", "method", "reward", "exchange", "rotation", "init", "task", "model", "extra", "ci_over")
+HEADERS = {
+    "cell": "cell",
+    "seeds": "seeds",
+    "incomplete": "incomplete",
+    "accuracy_at_start": "acc@start %",
+    "accuracy": "acc %",
+    "delta": "delta",
+    "accuracy_ci_low": "95% CI low",
+    "accuracy_ci_high": "95% CI high",
+    "ci_over": "CI over",
+    "conversion_rate": "conversion %",
+    "regression_rate": "regression %",
+    "final_trace_tokens": "trace tokens",
+    "paper_accuracy": "paper acc %",
+    "paper_trace_tokens": "paper tokens",
+    "paper_setting": "paper setting",
+}
+PAPER_SETTING = "Qwen3-0.6B, DeepMath-hard, pass@1"
+# (what the cell must match, reported pass@1, reported final-stage trace tokens); DESIGN.md section 1
+PAPER: list[tuple[dict[str, Any], float, float | None]] = [
+    ({"method": "grpo", "model_size": "4b"}, 0.59, None),
+    ({"method": "grpo"}, 0.30, 8100.0),
+    (
+        {
+            "method": "agon",
+            "reward": "cooperative",
+            "exchange": "visible",
+            "rotation": "alternate",
+            "init": "divergent",
+        },
+        0.46,
+        None,
+    ),
+    (
+        {
+            "method": "agon",
+            "reward": "competitive",
+            "exchange": "visible",
+            "rotation": "alternate",
+            "init": "divergent",
+        },
+        0.61,
+        3500.0,
+    ),
+    (
+        {
+            "method": "agon",
+            "reward": "competitive",
+            "exchange": "hidden",
+            "rotation": "alternate",
+            "init": "divergent",
+        },
+        0.32,
+        None,
+    ),
+    (
+        {"method": "agon", "reward": "competitive", "exchange": "visible", "rotation": "fixed", "init": "divergent"},
+        0.52,
+        None,
+    ),
+    # "about 8x below Agon": 61% / 8
+    ({"method": "moa"}, 0.61 / 8, None),
+]
+
+
+def _model_size(model: Any) -> str:
+    """``qwen3_0.6b`` -> ``0.6b``, ``Qwen/Qwen3-14B`` -> ``14b``; "" when the name has no size."""
+    match = re.search(r"(\d+(?:\.\d+)?)b(?![a-z])", str(model).lower())
+    return f"{match.group(1)}b" if match else ""
+
+
+def paper_reference(row: Any) -> tuple[float, float | None, str] | None:
+    """``(paper pass@1, paper trace tokens, setting note)`` for a cell the paper reports, else None.
+
+    The paper's Agon uses the competitive reward; ``reward=paper`` (the secondary note's form of it) matches too.
+    """
+    values = {k: row.get(k) for k in ("method", "reward", "exchange", "rotation", "init")}
+    if values["reward"] == "paper":
+        values["reward"] = "competitive"
+    values["model_size"] = _model_size(row.get("model"))
+    for match, accuracy, tokens in PAPER:
+        if all(values.get(k) == v for k, v in match.items()):
+            same_task = str(row.get("task", "")).startswith("deepmath")
+            size = match.get("model_size", "0.6b")
+            same = same_task and values["model_size"] == size
+            model = "Qwen3-4B" if size == "4b" else "Qwen3-0.6B"
+            note = "same setting" if same else f"reported on {model}, DeepMath-hard: a different model/task"
+            return accuracy, tokens, note
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# statistics
+
+
+def bootstrap_ci(values: Any, level: float = 0.95, n_resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean; (nan, nan) for fewer than two values. Deterministic (seeded)."""
+    x = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], float)
+    if len(x) < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(n_resamples, len(x)))].mean(axis=1)
+    alpha = (1 - level) / 2
+    return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+
+
+def final_rows(evals: pd.DataFrame, run: Any) -> pd.DataFrame:
+    """Final-stage eval rows of one run's last evaluation, in the orders its headline accuracy averages."""
+    rows = evals[evals["run_id"] == run["run_id"]] if "run_id" in evals else evals.iloc[:0]
+    if rows.empty:
+        return rows
+    if "phase" in rows and (rows["phase"] == "final").any():
+        rows = rows[rows["phase"] == "final"]
+    else:
+        rows = rows[rows["step"] == rows["step"].max()]
+    rows = rows[rows["stage"] == "final"]
+    orders = run.get("headline_orders")
+    if not isinstance(orders, (list, tuple)) or not orders:
+        cascades = [o for o in rows["order"].unique() if ">" in str(o)]
+        orders = cascades or list(rows["order"].unique())
+    return rows[rows["order"].isin(list(orders))]
+
+
+def per_problem(evals: pd.DataFrame, run: Any, column: str = "correct") -> pd.Series:
+    """Per-problem mean of ``column`` (correctness or tokens) over samples and headline orders of one run."""
+    rows = final_rows(evals, run)
+    if rows.empty:
+        return pd.Series(dtype=float)
+    return rows.groupby("problem_id")[column].mean().astype(float)
+
+
+def cell_interval(runs: pd.DataFrame, evals: pd.DataFrame, metric: str, eval_column: str) -> tuple[float, float, str]:
+    """95% interval of a cell's ``metric``: over seeds if it has several runs, else over its run's problems."""
+    values = runs[metric].dropna() if metric in runs else pd.Series(dtype=float)
+    if len(values) >= 2:
+        return (*bootstrap_ci(values), "seeds")
+    if len(runs) == 1 and evals is not None and not evals.empty:
+        lo, hi = bootstrap_ci(per_problem(evals, runs.iloc[0], eval_column))
+        if not math.isnan(lo):
+            return lo, hi, "problems"
+    return math.nan, math.nan, ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tables
+
+
+def cells_table(runs: pd.DataFrame | Runs) -> pd.DataFrame:
+    """One row per cell from the complete runs: axes, seed count, mean metrics over seeds (fractions).
+
+    Columns: cell, method, reward, exchange, rotation, init, [task, model, extra when they vary or are set],
+    seeds, [incomplete: runs without summary.json, when any], accuracy_at_start, accuracy, delta,
+    conversion_rate, regression_rate, final_trace_tokens.
+    Axes that do not apply to a method hold "-". Rows come in the order of ``analysis.load.cell_sort_key``.
+    """
+    if isinstance(runs, Runs):
+        runs = runs.runs
+    columns = ["cell", *AXIS_COLUMNS, "seeds", *METRICS.values()]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    runs = runs.copy()
+    for key in METRICS:
+        if key not in runs:
+            runs[key] = np.nan
+        runs[key] = pd.to_numeric(runs[key], errors="coerce")
+    rows = []
+    for key, group in runs.groupby("cell_key", sort=False):
+        done = group[group["status"] == "complete"]
+        first = group.iloc[0]
+        row = {c: first[c] for c in ["cell", *AXIS_COLUMNS, "task", "model", "extra"]}
+        row["cell_key"] = key
+        row["seeds"] = len(done)
+        row["incomplete"] = len(group) - len(done)
+        for src, dst in METRICS.items():
+            row[dst] = done[src].mean() if len(done) else math.nan
+        row["delta"] = (done["eval/accuracy"] - done["eval/accuracy_at_start"]).mean() if len(done) else math.nan
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    keep = ["cell", *AXIS_COLUMNS]
+    for optional in ("task", "model"):
+        if table[optional].nunique(dropna=False) > 1:
+            keep.append(optional)
+    if (table["extra"].fillna("") != "").any():
+        keep.append("extra")
+    keep.append("seeds")
+    if table["incomplete"].any():
+        keep.append("incomplete")
+    keep += ["accuracy_at_start", "accuracy", "delta", "conversion_rate", "regression_rate", "final_trace_tokens"]
+    return table[keep + ["cell_key"]].reset_index(drop=True).rename_axis(None)
+
+
+def results_table(data: Runs) -> pd.DataFrame:
+    """``cells_table`` plus the accuracy's 95% bootstrap interval and the paper's values where the cell matches."""
+    table = cells_table(data.runs)
+    if table.empty:
+        return table
+    runs = data.runs[data.runs["status"] == "complete"]
+    lows, highs, over, paper_acc, paper_tok, paper_note = [], [], [], [], [], []
+    for _, row in table.iterrows():
+        cell_runs = runs[runs["cell_key"] == row["cell_key"]]
+        lo, hi, how = cell_interval(cell_runs, data.evals, "eval/accuracy", "correct")
+        lows.append(lo)
+        highs.append(hi)
+        over.append(how)
+        first = cell_runs.iloc[0] if len(cell_runs) else row
+        ref = paper_reference(first)
+        paper_acc.append(ref[0] if ref else math.nan)
+        paper_tok.append(ref[1] if ref and ref[1] is not None else math.nan)
+        paper_note.append(ref[2] if ref else "")
+    at = table.columns.get_loc("delta") + 1
+    table.insert(at, "accuracy_ci_low", lows)
+    table.insert(at + 1, "accuracy_ci_high", highs)
+    table.insert(at + 2, "ci_over", over)
+    table["paper_accuracy"] = paper_acc
+    table["paper_trace_tokens"] = paper_tok
+    table["paper_setting"] = paper_note
+    return table
+
+
+def _fmt(column: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NA
+    if column == "delta":
+        return f"{100 * value:+.1f}"
+    if column in PERCENT_COLUMNS:
+        return f"{100 * value:.1f}"
+    if column in ("final_trace_tokens", "paper_trace_tokens"):
+        return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+HIDDEN = ("cell_key", "paper_setting")
+
+
+def _display(
+    df: pd.DataFrame, star: bool = False, label: bool = False
+) -> tuple[list[str], list[list[str]], list[str]]:
+    """Header, formatted rows and column names. ``label``: the cell's label instead of its axis columns;
+    ``star``: paper values reported in another setting get a ``*``."""
+    drop = set(HIDDEN) | (set(AXIS_COLUMNS) if label else {"cell"})
+    cols = [c for c in df.columns if c not in drop]
+    header = [HEADERS.get(c, c) for c in cols]
+    body = []
+    for _, row in df.iterrows():
+        cells = [_fmt(c, row[c]) for c in cols]
+        other = str(row.get("paper_setting") or "") not in ("", "same setting")
+        if star and other:
+            cells = [v + "*" if c.startswith("paper_") and v != NA else v for c, v in zip(cols, cells)]
+        body.append(cells)
+    return header, body, cols
+
+
+def format_table(df: pd.DataFrame) -> str:
+    """A cells or results table as aligned plain text (percentages with one decimal, "-" where not applicable)."""
+    if df.empty:
+        return "(no runs)"
+    header, body, cols = _display(df, star=True)
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
+    left = [c in TEXT_COLUMNS for c in cols]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if l else c.rjust(w) for c, w, l in zip(cells, widths, left)).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in body)])
+
+
+def _caption(data: Runs) -> str:
+    runs = data.runs
+    tasks = sorted({str(t) for t in runs.get("task", pd.Series(dtype=str)).dropna()})
+    models = sorted({str(m) for m in runs.get("model", pd.Series(dtype=str)).dropna()})
+    text = (
+        f"Final-stage pass@1 on task {', '.join(tasks) or '?'} with model {', '.join(models) or '?'}, "
+        "mean over seeds; delta = accuracy after training minus before; 95% percentile-bootstrap interval over "
+        "seeds where a cell has several, else over held-out problems; conversion = P(final right | draft wrong), "
+        "regression = P(final wrong | draft right); trace tokens = final-stage completion length. "
+        f"Paper values are as reported ({PAPER_SETTING}; Agon on 0.6B also beats GRPO on 4B, 59%)."
+    )
+    if not all(t.startswith("deepmath") for t in tasks):
+        text += (
+            " Marked *: reported on a different model and task; absolute numbers are not comparable with this "
+            "run's task, only the ordering of cells is."
+        )
+    return text
+
+
+def to_markdown(table: pd.DataFrame, caption: str = "") -> str:
+    """A pipe table (GitHub Markdown) with the caption above it."""
+    header, body, cols = _display(table, star=True, label=True)
+    align = [":--" if c in TEXT_COLUMNS else "--:" for c in cols]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return (f"{caption}\n\n" if caption else "") + "\n".join(lines) + "\n"
+
+
+def _latex_escape(text: str) -> str:
+    for a, b in (
+        ("\\", r"\textbackslash{}"),
+        ("&", r"\&"),
+        ("%", r"\%"),
+        ("_", r"\_"),
+        ("#", r"\#"),
+        ("$", r"\$"),
+        ("{", r"\{"),
+        ("}", r"\}"),
+        ("~", r"\textasciitilde{}"),
+        ("^", r"\^{}"),
+    ):
+        text = text.replace(a, b)
+    return text.replace("·", r"$\cdot$")
+
+
+def to_latex(table: pd.DataFrame, caption: str = "") -> str:
+    """A booktabs ``table`` environment with the caption and label ``tab:agon-cells``."""
+    header, body, cols = _display(table, star=True, label=True)
+    spec = "".join("l" if c in TEXT_COLUMNS else "r" for c in cols)
+    out = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
+    out.append(" & ".join(_latex_escape(h) for h in header) + r" \\")
+    out.append(r"\midrule")
+    out += [" & ".join(_latex_escape(c).replace("*", r"$^{*}$") for c in r) + r" \\" for r in body]
+    out += [r"\bottomrule", r"\end{tabular}"]
+    if caption:
+        out.append(rf"\caption{{{_latex_escape(caption).replace('Marked *', r'Marked $^{*}$')}}}")
+    out += [r"\label{tab:agon-cells}", r"\end{table}"]
+    return "\n".join(out) + "\n"
+
+
+def write_tables(data: Runs, out_dir: str | Path) -> list[Path]:
+    """``table.csv`` (full precision, fractions), ``table.md`` and ``table.tex`` (percentages) into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = results_table(data)
+    caption = _caption(data)
+    paths = [out / "table.csv", out / "table.md", out / "table.tex"]
+    table.drop(columns=["cell_key"], errors="ignore").to_csv(paths[0], index=False)
+    paths[1].write_text(to_markdown(table, caption))
+    paths[2].write_text(to_latex(table, caption))
+    return paths
+
+
+def sweep_table(path: str | Path) -> str:
+    """The per-cell table of the runs under ``path`` (a multirun root), ready to print at the end of a sweep."""
+    return format_table(cells_table(load_runs(path).runs))

@@ -1,0 +1,382 @@
+"""analysis/ on the committed fixture (tests/analysis/fixtures, written by make_fixture.py).
+
+Expected values, worked out by hand from make_fixture.SPECS (4 problems, 1 sample, headline orders A>B and B>A):
+
+    cell                   seeds  start   acc    delta  conv   regr   tokens  95% CI             paper
+    competitive/visible    2      .25     .75    .50    .625   .125   22.5    [.625, .875] seeds .61, 3500
+        seed 0: final 4/4 + 3/4 = .875, start 2/8; conv 3/4, regr 0/4, tokens (20+30)/2
+        seed 1: final 3/4 + 2/4 = .625, start 2/8; conv 2/4, regr 1/4, tokens (10+30)/2
+        two seeds: bootstrap means are .625, .75, .875 with p = 1/4, 1/2, 1/4 -> [.625, .875]
+    competitive/hidden     1      .25     .625   .375   .25    0      40      [.5, .875] problems .32
+        per-problem (A>B, B>A mean): .5 .5 .5 1 -> low .5 (P(no 1) = .32); high .875 (P(k<=2) = .95 < .975)
+    cooperative/visible    1      .125    .75    .625   .5     0      60      [.5, 1] problems    .46
+    cooperative/hidden     1      .25     .25    0      0      1/3    30      [0, .5] problems    -
+    self-refine            0 (1 incomplete: no summary.json)
+    GRPO                   1      .25     .5     .25    -      -      80      [0, 1] problems     .30, 8100
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from analysis import cells_table, format_table, load_runs, newest_multirun, results_table, sweep_table
+from analysis.figures import main as figures_main
+from analysis.load import find_run_dirs
+from analysis.tables import bootstrap_ci, paper_reference, to_latex, to_markdown
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sweeps"
+GRID = FIXTURES / "2026-11-30" / "10-00-00"
+BASELINES = FIXTURES / "2026-11-30" / "11-00-00"
+CELLS = [
+    "competitive · visible",
+    "competitive · hidden",
+    "cooperative · visible",
+    "cooperative · hidden",
+    "self-refine",
+    "GRPO",
+]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_runs(FIXTURES)
+
+
+def test_finds_run_dirs_under_several_roots():
+    dirs = find_run_dirs(FIXTURES)
+    assert [d.name for d in dirs] == [
+        "0_exchange=visible,reward=competitive,seed=0",
+        "1_exchange=visible,reward=competitive,seed=1",
+        "2_exchange=hidden,reward=competitive",
+        "3_exchange=visible,reward=cooperative",
+        "4_exchange=hidden,reward=cooperative",
+        "0_method=grpo",
+        "1_method=self_refine",
+    ]
+    assert len(find_run_dirs(GRID)) == 5
+    one = GRID / "2_exchange=hidden,reward=competitive"
+    assert find_run_dirs(one) == [one]
+
+
+def test_runs_frame(data):
+    runs = data.runs
+    assert len(runs) == 7
+    assert list(runs["cell"].drop_duplicates()) == CELLS
+    assert set(runs["sweep"]) == {"2026-11-30/10-00-00", "2026-11-30/11-00-00"}
+    assert runs["status"].value_counts().to_dict() == {"complete": 6, "incomplete": 1}
+    grpo = runs[runs["method"] == "grpo"].iloc[0]
+    # axes that do not apply to GRPO are "-", so GRPO runs pool whatever their defaults were
+    assert (grpo["reward"], grpo["exchange"], grpo["rotation"], grpo["init"]) == ("-", "-", "-", "-")
+    assert grpo["headline_orders"] == ["A"]
+    assert grpo["eval/accuracy"] == 0.5 and math.isnan(grpo["eval/conversion_rate"])
+    # the crashed run's axes come from .hydra/config.yaml
+    crashed = runs[runs["status"] == "incomplete"].iloc[0]
+    assert (crashed["method"], crashed["run_id"]) == ("self_refine", "2026-11-30/11-00-00/1_method=self_refine")
+    seeds = runs[runs["cell"] == "competitive · visible"]
+    assert list(seeds["seed"]) == [0, 1] and set(seeds["extra"]) == {""}
+
+
+def test_steps_and_evals_frames(data):
+    steps = data.steps
+    run = steps[steps["run_id"] == "2026-11-30/10-00-00/0_exchange=visible,reward=competitive,seed=0"]
+    # steps 0..4, one row each: step 4's training row and evaluation row are merged
+    assert list(run["train/step"]) == [0, 1, 2, 3, 4]
+    last = run.iloc[-1]
+    assert last["train/accuracy"] == 0.875 and last["eval/accuracy"] == 0.875
+    assert math.isnan(run.iloc[0]["train/accuracy"]) and run.iloc[0]["eval/accuracy"] == 0.25
+    crashed = steps[steps["cell"] == "self-refine"]
+    assert list(crashed["train/step"]) == [1, 2]
+    evals = data.evals
+    one = evals[evals["run_id"] == run.iloc[0]["run_id"]]
+    # per phase: 2 cascade orders x 4 problems x 2 stages + 2 solo orders x 4 problems
+    assert len(one) == 2 * (2 * 4 * 2 + 2 * 4)
+    assert set(one["order"]) == {"A>B", "B>A", "A", "B"}
+
+
+def test_single_root_and_single_run():
+    grid = load_runs(GRID)
+    assert len(grid.runs) == 5 and set(grid.runs["method"]) == {"agon"}
+    one = load_runs(GRID / "2_exchange=hidden,reward=competitive")
+    assert len(one.runs) == 1
+    assert one.runs.iloc[0]["sweep"] == "2026-11-30/10-00-00"
+    assert one.runs.iloc[0]["eval/accuracy"] == 0.625
+    both = load_runs([GRID, BASELINES, GRID])  # the same run given twice is loaded once
+    assert len(both.runs) == 7
+
+
+def _row(table: pd.DataFrame, cell: str) -> pd.Series:
+    return table[table["cell"] == cell].iloc[0]
+
+
+def test_cells_table_values(data):
+    table = cells_table(data.runs)
+    assert list(table["cell"]) == CELLS
+    expected = {
+        # cell: seeds, start, accuracy, delta, conversion, regression, tokens
+        "competitive · visible": (2, 0.25, 0.75, 0.5, 0.625, 0.125, 22.5),
+        "competitive · hidden": (1, 0.25, 0.625, 0.375, 0.25, 0.0, 40.0),
+        "cooperative · visible": (1, 0.125, 0.75, 0.625, 0.5, 0.0, 60.0),
+        "cooperative · hidden": (1, 0.25, 0.25, 0.0, 0.0, 1 / 3, 30.0),
+        "GRPO": (1, 0.25, 0.5, 0.25, math.nan, math.nan, 80.0),
+    }
+    columns = [
+        "seeds",
+        "accuracy_at_start",
+        "accuracy",
+        "delta",
+        "conversion_rate",
+        "regression_rate",
+        "final_trace_tokens",
+    ]
+    for cell, values in expected.items():
+        row = _row(table, cell)
+        for column, value in zip(columns, values):
+            if math.isnan(value):
+                assert math.isnan(row[column]), (cell, column)
+            else:
+                assert row[column] == pytest.approx(value), (cell, column)
+    crashed = _row(table, "self-refine")
+    assert (crashed["seeds"], crashed["incomplete"]) == (0, 1) and math.isnan(crashed["accuracy"])
+    assert list(table.columns[:6]) == ["cell", "method", "reward", "exchange", "rotation", "init"]
+
+
+def test_results_table_intervals_and_paper(data):
+    table = results_table(data)
+    expected = {
+        "competitive · visible": (0.625, 0.875, "seeds", 0.61, 3500.0),
+        "competitive · hidden": (0.5, 0.875, "problems", 0.32, math.nan),
+        "cooperative · visible": (0.5, 1.0, "problems", 0.46, math.nan),
+        "cooperative · hidden": (0.0, 0.5, "problems", math.nan, math.nan),
+        "GRPO": (0.0, 1.0, "problems", 0.30, 8100.0),
+    }
+    for cell, (lo, hi, over, paper, tokens) in expected.items():
+        row = _row(table, cell)
+        assert (row["accuracy_ci_low"], row["accuracy_ci_high"], row["ci_over"]) == (
+            pytest.approx(lo),
+            pytest.approx(hi),
+            over,
+        ), cell
+        for column, value in (("paper_accuracy", paper), ("paper_trace_tokens", tokens)):
+            assert math.isnan(row[column]) if math.isnan(value) else row[column] == pytest.approx(value), cell
+    # the fixture's task is arithmetic: every paper value is marked as from a different model/task
+    assert "different model/task" in _row(table, "GRPO")["paper_setting"]
+
+
+def test_paper_reference_matching():
+    base = {
+        "method": "agon",
+        "reward": "competitive",
+        "exchange": "visible",
+        "rotation": "alternate",
+        "init": "divergent",
+        "task": "deepmath_hard",
+        "model": "qwen3_0.6b",
+    }
+    assert paper_reference(base) == (0.61, 3500.0, "same setting")
+    assert paper_reference({**base, "rotation": "fixed"})[0] == 0.52
+    assert paper_reference({**base, "reward": "paper"})[0] == 0.61
+    assert paper_reference({**base, "init": "symmetric"}) is None
+    assert paper_reference({**base, "method": "grpo", "model": "qwen3_4b"})[:2] == (0.59, None)
+    assert paper_reference({**base, "method": "grpo", "model": "Qwen/Qwen3-14B"})[0] == 0.30
+    assert paper_reference({**base, "method": "moa"})[0] == pytest.approx(0.61 / 8)
+    assert "different" in paper_reference({**base, "task": "arithmetic"})[2]
+
+
+def test_bootstrap_ci():
+    assert bootstrap_ci([0.875, 0.625]) == (0.625, 0.875)
+    assert bootstrap_ci([0.5, 0.5, 0.5, 1.0]) == (0.5, 0.875)
+    assert all(math.isnan(v) for v in bootstrap_ci([0.5]))
+    assert bootstrap_ci([0.1, 0.9, 0.4], seed=1) == bootstrap_ci([0.1, 0.9, 0.4], seed=1)
+
+
+def test_format_table(data):
+    text = format_table(cells_table(data.runs))
+    lines = text.splitlines()
+    assert len(lines) == 2 + len(CELLS)
+    assert lines[0].split()[:6] == ["method", "reward", "exchange", "rotation", "init", "seeds"]
+    first = lines[2].split()
+    # method reward exchange rotation init seeds incomplete start acc delta conv regr tokens
+    assert first == [
+        "agon",
+        "competitive",
+        "visible",
+        "alternate",
+        "divergent",
+        "2",
+        "0",
+        "25.0",
+        "75.0",
+        "+50.0",
+        "62.5",
+        "12.5",
+        "22.5",
+    ]
+    assert lines[-1].split() == ["grpo", "-", "-", "-", "-", "1", "0", "25.0", "50.0", "+25.0", "-", "-", "80.0"]
+    # the grid alone has no incomplete run, so no "incomplete" column
+    assert sweep_table(GRID).splitlines()[2].split() == first[:6] + first[7:]
+    assert format_table(cells_table(pd.DataFrame())) == "(no runs)"
+
+
+def test_markdown_and_latex_mark_paper_values(data):
+    table = results_table(data)
+    md = to_markdown(table, "caption")
+    assert md.startswith("caption\n\n| cell |")
+    assert "| competitive · visible | 2 | 0 | 25.0 | 75.0 | +50.0 | 62.5 | 87.5 | seeds |" in md
+    assert "61.0*" in md and "3,500*" in md
+    tex = to_latex(table, "50% of cells")
+    assert r"\begin{tabular}" in tex and r"61.0$^{*}$" in tex and r"50\% of cells" in tex
+
+
+def test_figures_cli_writes_every_file(tmp_path, capsys):
+    out = tmp_path / "figures"
+    assert figures_main(["--runs", str(GRID), str(BASELINES), "--out", str(out)]) == 0
+    names = ["accuracy_grid", "trace_length", "training_curves", "conversion_regression"]
+    for name in names:
+        png, pdf = out / f"{name}.png", out / f"{name}.pdf"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, name
+        assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 5_000, name
+    csv = pd.read_csv(out / "table.csv")
+    assert list(csv["cell"]) == CELLS and csv.loc[0, "accuracy"] == 0.75
+    assert "Qwen3-0.6B, DeepMath-hard" in (out / "table.md").read_text()
+    assert "not comparable" in (out / "table.tex").read_text()
+    printed = capsys.readouterr().out
+    assert "7 runs from" in printed and "wrote 11 files" in printed
+
+
+def test_newest_multirun_and_missing(tmp_path, capsys):
+    base = tmp_path / "multirun"
+    for root in (GRID, BASELINES):
+        shutil.copytree(root, base / "2026-11-30" / root.name)
+    old, new = base / "2026-11-30" / "11-00-00", base / "2026-11-30" / "10-00-00"
+    os.utime(old / "multirun.yaml", (1_000_000, 1_000_000))
+    os.utime(new / "multirun.yaml", (2_000_000, 2_000_000))
+    assert newest_multirun(base) == new
+    assert figures_main(["--multirun-dir", str(tmp_path / "nothing"), "--out", str(tmp_path / "f")]) == 1
+    assert "make sweep" in capsys.readouterr().err
+
+
+class _FakeRun(SimpleNamespace):
+    def scan_history(self):
+        return iter(self.history)
+
+
+class _FakeApi:
+    """Stands in for wandb.Api: the W&B source cannot be tested online."""
+
+    def __init__(self, runs):
+        self._runs, self.calls = runs, []
+
+    def runs(self, path, filters=None):
+        self.calls.append((path, filters))
+        return self._runs
+
+
+def test_wandb_source_builds_the_same_frames():
+    summary = {
+        "method": "agon",
+        "reward": "competitive",
+        "exchange": "visible",
+        "rotation": "alternate",
+        "init": "divergent",
+        "task": "arithmetic",
+        "model": "tiny",
+        "seed": 3,
+        "eval/accuracy": 0.7,
+        "eval/accuracy_at_start": 0.4,
+        "eval/conversion_rate": 0.5,
+        "eval/regression_rate": 0.1,
+        "eval/final_trace_tokens": 30.0,
+        "eval/headline_orders": ["A>B", "B>A"],
+        "rollouts/step_000004": {"_type": "table-file"},
+    }
+    done = _FakeRun(
+        id="abc",
+        name="exchange=visible,reward=competitive,seed=3",
+        group="2026-11-30/10-00-00",
+        config={"method": {"name": "agon"}, "seed": 3},
+        summary=summary,
+        history=[
+            {"_step": 0, "train/step": 1, "train/accuracy": 0.5},
+            {"_step": 1, "train/step": 1, "eval/accuracy": 0.6},
+            {"_step": 2, "train/step": 2, "train/accuracy": 0.7, "rollouts/step_000002": {}},
+        ],
+    )
+    crashed = _FakeRun(
+        id="def",
+        name="method=grpo",
+        group="2026-11-30/10-00-00",
+        config={"method": {"name": "grpo"}, "reward": {"name": "competitive"}, "seed": 0},
+        summary={"eval/accuracy": 0.9},
+        history=[{"_step": 0, "train/step": 1}],
+    )
+    api = _FakeApi([done, crashed])
+    data = load_runs(source="wandb", project="agon", entity="team", filters={"group": "g"}, api=api)
+    assert api.calls == [("team/agon", {"group": "g"})]
+    runs = data.runs.set_index("run_id")
+    assert runs.loc["abc", "cell"] == "competitive · visible" and runs.loc["abc", "status"] == "complete"
+    assert runs.loc["abc", "eval/accuracy"] == 0.7 and runs.loc["abc", "sweep"] == "2026-11-30/10-00-00"
+    # a run that never wrote its final summary is incomplete, whatever W&B's running summary holds
+    assert runs.loc["def", "status"] == "incomplete" and runs.loc["def", "reward"] == "-"
+    steps = data.steps[data.steps["run_id"] == "abc"]
+    assert list(steps["train/step"]) == [1, 2] and steps.iloc[0]["eval/accuracy"] == 0.6
+    assert data.evals.empty
+    table = cells_table(data.runs)
+    assert _row(table, "competitive · visible")["delta"] == pytest.approx(0.3)
+
+
+def test_sweep_table_callback_prints_and_writes(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from analysis.callbacks import SweepTable
+
+    sweep = tmp_path / "multirun" / "2026-11-30" / "10-00-00"
+    shutil.copytree(GRID, sweep)
+    SweepTable().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    printed = capsys.readouterr().out
+    assert "one row per cell" in printed and printed.count("\nagon ") == 4
+    assert (sweep / "cells.md").read_text().count("competitive") == 2
+    # a sweep directory with nothing in it warns instead of failing the sweep
+    SweepTable().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "empty")}}}))
+
+
+def test_several_settings_are_labelled_and_matched_to_the_paper(tmp_path):
+    import json
+
+    run = tmp_path / "multirun" / "2026-12-01" / "08-00-00" / "0_exchange=hidden,task=deepmath_hard"
+    shutil.copytree(GRID / "2_exchange=hidden,reward=competitive", run)
+    (run.parent / "multirun.yaml").write_text("hydra: {}\n")
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "task": "deepmath_hard", "model": "qwen3_0.6b"}))
+    data = load_runs([GRID, run])
+    table = results_table(data)
+    assert {"task", "model"} <= set(table.columns)
+    deepmath = _row(table, "competitive · hidden (deepmath_hard, qwen3_0.6b)")
+    assert (deepmath["paper_accuracy"], deepmath["paper_setting"]) == (0.32, "same setting")
+    line = next(x for x in to_markdown(table).splitlines() if "deepmath_hard" in x)
+    assert "| 32.0 |" in line and "*" not in line  # same setting: not starred
+    assert "(arithmetic, tiny)" in _row(table, "competitive · hidden (arithmetic, tiny)")["cell"]
+
+
+def test_extra_overrides_split_cells_unless_every_run_shares_them():
+    from analysis.load import RunRecord, frames
+
+    def record(run_id: str, *overrides: str) -> RunRecord:
+        summary = {"method": "agon", "reward": "competitive", "exchange": "visible", "rotation": "alternate",
+                   "init": "divergent", "task": "arithmetic", "model": "tiny", "eval/accuracy": 0.5}  # fmt: skip
+        return RunRecord(run_id=run_id, summary=summary, overrides=list(overrides))
+
+    runs = frames([
+        record("a", "debug=smoke", "seed=0"),
+        record("b", "debug=smoke", "seed=1"),
+        record("c", "debug=smoke", "trainer.learning_rate=0.001"),
+    ]).runs.set_index("run_id")  # fmt: skip
+    assert list(runs["extra"]) == ["", "", "trainer.learning_rate=0.001"]
+    assert runs.loc["a", "cell_key"] == runs.loc["b", "cell_key"] != runs.loc["c", "cell_key"]
+    assert runs.loc["c", "cell"] == "competitive · visible [trainer.learning_rate=0.001]"

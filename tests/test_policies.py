@@ -1,0 +1,140 @@
+"""Adapters on one frozen base: switching, isolation of updates, init, sampling with the updated weights."""
+
+from __future__ import annotations
+
+import torch
+
+from agon.trainer import adapter_divergence
+
+
+def _base_state(policies):
+    return {n: p.detach().clone() for n, p in policies.model.named_parameters() if "lora_" not in n}
+
+
+def test_use_adapter_restores_the_previous_adapter(policies):
+    assert policies.active == "A"
+    with policies.use_adapter("B"):
+        assert policies.active == "B"
+        with policies.use_adapter(None):
+            pass
+        assert policies.active == "B"
+    assert policies.active == "A"
+    try:
+        with policies.use_adapter("B"):
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    assert policies.active == "A"
+
+
+def test_both_adapters_stay_trainable_and_the_base_frozen(policies):
+    with policies.use_adapter("B"):  # PEFT's set_adapter alone would freeze A here
+        assert all(p.requires_grad for p in policies.parameters("A"))
+        assert all(p.requires_grad for p in policies.parameters("B"))
+    assert not any(p.requires_grad for n, p in policies.model.named_parameters() if "lora_" not in n)
+
+
+def test_divergent_init_perturbs_only_b(policies):
+    policies.perturb("B", std=0.02, seed=0)
+    a_b = [p for n, p in policies.model.named_parameters() if "lora_B" in n and n.endswith(".A.weight")]
+    b_b = [p for n, p in policies.model.named_parameters() if "lora_B" in n and n.endswith(".B.weight")]
+    assert a_b and all(torch.count_nonzero(p) == 0 for p in a_b)
+    assert all(torch.count_nonzero(p) > 0 for p in b_b)
+    assert adapter_divergence(policies) == 1.0  # A's delta is zero, so the two are as far apart as can be
+
+
+def test_perturbation_is_seeded(tiny_base):
+    import copy
+
+    from agon.policies import Policies
+
+    cfg, (model, tok) = tiny_base
+    one = Policies(copy.deepcopy(model), tok, ["A", "B"], cfg.model.lora)
+    two = Policies(copy.deepcopy(model), tok, ["A", "B"], cfg.model.lora)
+    one.perturb("B", 0.02, seed=3)
+    two.perturb("B", 0.02, seed=3)
+    for (n, p), (_, q) in zip(one.lora_state("B").items(), two.lora_state("B").items()):
+        if "lora_B" in n:
+            assert torch.equal(p, q)
+
+
+def test_symmetric_init_leaves_both_zero(policies):
+    for name in ("A", "B"):
+        for n, p in policies.lora_state(name).items():
+            if "lora_B" in n:
+                assert torch.count_nonzero(p) == 0
+
+
+def test_update_of_one_adapter_leaves_the_other_and_the_base_bitwise_unchanged(policies):
+    policies.perturb("B", 0.02, seed=0)
+    base, b_before, a_before = _base_state(policies), policies.lora_state("B"), policies.lora_state("A")
+    opt = torch.optim.AdamW(policies.parameters("A"), lr=1e-2)
+    batch = policies.tokenizer(["<|im_start|>u1+2<|im_end|><|im_start|>a<think>1+2=3"], return_tensors="pt")
+    with policies.use_adapter("A"):
+        loss = policies.model(**batch, labels=batch["input_ids"]).loss
+    loss.backward()
+    opt.step()
+    assert any(not torch.equal(a_before[n], p) for n, p in policies.lora_state("A").items())
+    assert all(torch.equal(b_before[n], p) for n, p in policies.lora_state("B").items())
+    assert all(torch.equal(base[n], p) for n, p in _base_state(policies).items())
+
+
+def test_sampling_uses_the_updated_adapter(policies):
+    """Train A (only A) toward one completion; sampling with A must show it at once, with B or the base not.
+
+    The test base is nearly random, so its tiny embedding norms cap how peaked any distribution can get; a low
+    sampling temperature turns "the target is now the most likely continuation" into what is sampled."""
+    prompt = policies.render("12+7")
+    target = "7777777"
+    before = policies.sample([prompt] * 4, "A", max_new_tokens=8, temperature=1.0)
+    enc = policies.tokenizer([prompt + target], return_tensors="pt", add_special_tokens=False)
+    labels = enc["input_ids"].clone()
+    labels[:, : len(policies.tokenizer(prompt, add_special_tokens=False)["input_ids"])] = -100
+    opt = torch.optim.Adam(policies.parameters("A"), lr=5e-2)
+    with policies.use_adapter("A"):
+        for _ in range(40):
+            opt.zero_grad()
+            policies.model(**enc, labels=labels).loss.backward()
+            opt.step()
+    after = policies.sample([prompt] * 4, "A", max_new_tokens=8, temperature=0.01)
+    others = policies.sample([prompt] * 4, "B", max_new_tokens=8, temperature=0.01)
+    others += policies.sample([prompt] * 4, None, max_new_tokens=8, temperature=0.01)
+    assert all(c.text.startswith(target) for c in after), [c.text for c in after]
+    assert not any(c.text.startswith(target) for c in before + others)
+
+
+def test_logps_match_the_sampler(policies):
+    """Recomputed log-probs of sampled tokens equal generate's own scores (same positions, same temperature)."""
+    prompts = [policies.render("5+5"), policies.render("12+30-4")]  # different lengths: left padding
+    enc = policies.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad(), policies.use_adapter("A"):
+        out = policies.model.generate(**enc, do_sample=True, max_new_tokens=6, temperature=0.8, top_k=0,
+                                      output_scores=True, return_dict_in_generate=True,
+                                      pad_token_id=policies.tokenizer.pad_token_id, eos_token_id=[])
+    gen = out.sequences[:, enc["input_ids"].shape[1]:]
+    scores = torch.stack(out.scores, 1).log_softmax(-1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
+    from agon.policies import Completion
+
+    comps = [Completion("", tuple(r.tolist()), True) for r in gen]
+    with torch.no_grad(), policies.use_adapter("A"):
+        ours = policies.token_logps(policies.batch_tensors(prompts, comps), temperature=0.8)
+    torch.testing.assert_close(ours, scores, atol=1e-4, rtol=1e-4)
+
+
+def test_adapters_round_trip_through_disk(policies, tmp_path):
+    policies.perturb("B", 0.05, seed=1)
+    with torch.no_grad():
+        for p in policies.parameters("A"):
+            p.add_(0.01)
+    saved = {n: policies.lora_state(n) for n in ("A", "B")}
+    policies.save_adapters(tmp_path)
+    assert (tmp_path / "A" / "adapter_model.safetensors").exists()
+    assert (tmp_path / "B" / "adapter_config.json").exists()
+    with torch.no_grad():
+        for name in ("A", "B"):
+            for p in policies.parameters(name):
+                p.zero_()
+    policies.load_adapters(tmp_path)
+    for name in ("A", "B"):
+        for n, p in policies.lora_state(name).items():
+            assert torch.equal(saved[name][n], p)
