@@ -157,7 +157,7 @@ class Trainer:
                             num_items_in_batch=float(mask.sum()), batch_rows=rows)
                         loss.backward()
                         share = float(mask[sl].sum() / mask.sum().clamp(min=1))
-                        total += float(loss)
+                        total += loss.item()
                         clip_lo += masked_mean(terms.low_clipped.float(), mask[sl]) * share
                         clip_hi += masked_mean(terms.high_clipped.float(), mask[sl]) * share
                         kl += masked_mean(terms.kl, mask[sl]) * share if terms.kl is not None else 0.0
