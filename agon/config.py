@@ -45,9 +45,11 @@ class TinyWorldConfig:
     num_kv_heads: int = 2
     intermediate_size: int = 384
     max_position: int = 256
-    warmup_steps: int = 600
+    warmup_steps: int = 300
     warmup_batch_size: int = 64
     warmup_lr: float = 3e-3
+    # cosine decay to zero; false keeps the peak rate (a base stopped mid-learning, as RL then finds it)
+    warmup_cosine: bool = True
     warmup_seed: int = 0
 
 
@@ -97,9 +99,9 @@ class ArithmeticTaskConfig(TaskConfig):
     kind: str = "arithmetic"
     name: str = "arithmetic"
     min_terms: int = 3
-    max_terms: int = 4
+    max_terms: int = 5
     # operands are drawn from [1, max_operand]
-    max_operand: int = 99
+    max_operand: int = 9
     # number of distinct training problems drawn per epoch
     train_size: int = 100_000
 
@@ -207,7 +209,7 @@ class TrainerConfig:
     prompts_per_step: int = 16
     # sequences per forward/backward pass; null means the whole batch
     micro_batch_size: Optional[int] = None
-    max_new_tokens: int = 64
+    max_new_tokens: int = 72
     temperature: float = II("model.temperature")
     top_p: float = II("model.top_p")
     top_k: int = II("model.top_k")

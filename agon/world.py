@@ -125,10 +125,12 @@ def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[st
     torch.manual_seed(tiny.warmup_seed)
     opt = torch.optim.AdamW(model.parameters(), lr=tiny.warmup_lr, weight_decay=0.01, betas=(0.9, 0.98))
     ramp = max(1, tiny.warmup_steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        lambda s: min(1.0, (s + 1) / ramp) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / tiny.warmup_steps))),
-    )
+
+    def factor(s: int) -> float:
+        decay = 0.5 * (1 + math.cos(math.pi * min(1.0, s / tiny.warmup_steps))) if tiny.warmup_cosine else 1.0
+        return min(1.0, (s + 1) / ramp) * decay
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     model.train()
     t0, loss_ema = time.time(), None
     for step in range(tiny.warmup_steps):

@@ -173,3 +173,30 @@ def test_checkpoint_resume_reproduces_the_straight_run(small_cfg, tiny_base, tmp
             torch.testing.assert_close(x, y, rtol=0, atol=1e-6)
     steps = [r["train/step"] for r in read_jsonl(tmp_path / "resumed" / "metrics.jsonl")]
     assert steps == [1, 2, 3, 4]
+
+
+def test_reevaluation_of_a_finished_run(small_cfg, tmp_path):
+    """python -m agon.eval on a run's saved adapters: the same eval keys plus the full cross-play matrix."""
+    import subprocess
+    import sys
+
+    from agon.eval import reevaluate
+    from agon.run import run
+
+    small_cfg.output_dir = str(tmp_path / "run")
+    run(small_cfg)
+    # Hydra writes .hydra/config.yaml for real runs; a run called from Python gets it written here
+    from omegaconf import OmegaConf
+
+    (tmp_path / "run" / ".hydra").mkdir(exist_ok=True)
+    OmegaConf.save(small_cfg, tmp_path / "run" / ".hydra" / "config.yaml")
+    summary = reevaluate(tmp_path / "run", ["eval.n_problems=2", "eval.samples=3"])
+    assert summary["eval/n_problems"] == 2 and summary["eval/samples"] == 3
+    assert set(summary["crossplay"]) == {f"{d}>{a}" for d in ("A", "B", "base") for a in ("A", "B", "base")}
+    assert all(0.0 <= v <= 1.0 for v in summary["crossplay"].values())
+    assert (tmp_path / "run" / "reeval" / "crossplay.csv").read_text().startswith("drafter")
+    rows = read_jsonl(tmp_path / "run" / "reeval" / "eval.jsonl")
+    assert {r["order"] for r in rows} >= {"A>B", "B>A", "A", "B"}
+    bad = subprocess.run([sys.executable, "-m", "agon.eval", str(tmp_path / "run"), "eval.n_problemz=2"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "eval.n_problemz" in bad.stderr

@@ -1,0 +1,106 @@
+"""Re-evaluate a finished run's saved adapters: ``python -m agon.eval <run dir> [overrides]``.
+
+Loads the run's own composed config (``.hydra/config.yaml``), applies command-line overrides (typically more
+problems or samples: ``eval.n_problems=300 eval.samples=8``), loads ``adapters/`` onto the same base, and writes
+into ``<run dir>/reeval/``: ``summary.json`` with the same ``eval/*`` keys as training's final evaluation plus the
+cross-play matrix, ``eval.jsonl``, and ``crossplay.csv``. The cross-play matrix is the cascade accuracy of every
+(drafter, answerer) pair among the run's adapters and the base alone; the diagonal of a single adapter is
+self-refinement, and base>base is the untrained mixture of agents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from agon.config import Config, to_plain, validate
+
+
+def load_run_config(run_dir: Path, overrides: list[str]) -> Any:
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not saved.exists():
+        raise FileNotFoundError(f"{saved} not found: is {run_dir} a run directory written by agon.run?")
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(saved))
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if not _:
+            raise ValueError(f"override {item!r} is not key=value")
+        if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
+            raise KeyError(f"unknown config key {key!r}")
+        OmegaConf.update(cfg, key, OmegaConf.create({"v": value}).v if value else value, merge=True)
+    validate(cfg)
+    return cfg
+
+
+def crossplay(policies, task, cfg, problems, names: list[str | None]) -> dict[tuple[str, str], float]:
+    from agon.rollout import Sampling, play
+
+    e = cfg.eval
+    sampling = Sampling(e.max_new_tokens, e.temperature, e.top_p, e.top_k, e.batch_size)
+    matrix = {}
+    for drafter in names:
+        for answerer in names:
+            game = play(policies, task, cfg.model, problems, drafter=drafter, challenger=answerer,
+                        exchange=cfg.exchange.mode, group_size=e.samples, sampling=sampling)
+            correct = [r.challenge.verdict.correct for r in game.rounds]  # type: ignore[union-attr]
+            matrix[(drafter or "base", answerer or "base")] = sum(correct) / len(correct)
+    return matrix
+
+
+def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
+    from agon.cascade import evaluate
+    from agon.policies import Policies, load_base
+    from agon.recorder import _JsonlFile, write_json_atomic
+    from agon.tasks import build_task
+
+    cfg = load_run_config(run_dir, overrides)
+    t0 = time.time()
+    task = build_task(cfg.task)
+    try:
+        model, tokenizer = load_base(cfg.model, cfg.task)
+        adapters = ["A", "B"] if cfg.method.name == "agon" else ["A"]
+        policies = Policies(model, tokenizer, adapters, cfg.model.lora)
+        policies.load_adapters(run_dir / "adapters")
+        problems = list(task.heldout_problems())[: cfg.eval.n_problems]
+        result = evaluate(policies, task, cfg, problems, step=-1, phase="reeval")
+        matrix = crossplay(policies, task, cfg, problems, [*adapters, None])
+    finally:
+        task.close()
+    out = run_dir / "reeval"
+    out.mkdir(exist_ok=True)
+    rows = _JsonlFile(out / "eval.jsonl")
+    rows.write(result.rows)
+    rows.close()
+    names = sorted({d for d, _ in matrix}, key=lambda n: (n == "base", n))
+    with open(out / "crossplay.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["drafter \\ answerer", *names])
+        for d in names:
+            writer.writerow([d, *(f"{matrix[(d, a)]:.4f}" for a in names)])
+    summary = {**result.metrics, "crossplay": {f"{d}>{a}": v for (d, a), v in matrix.items()},
+               "time/total_s": time.time() - t0, "config": to_plain(cfg)}
+    write_json_atomic(out / "summary.json", summary)
+    print(f"[agon.eval] {run_dir}: eval/accuracy {summary['eval/accuracy']:.3f} on {len(problems)} problems x "
+          f"{cfg.eval.samples} samples")
+    print("cross-play (rows draft, columns answer):")
+    print("          " + "".join(f"{a:>8}" for a in names))
+    for d in names:
+        print(f"{d:>10}" + "".join(f"{matrix[(d, a)]:8.3f}" for a in names))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m agon.eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path, help="a run directory written by python -m agon.run")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. eval.n_problems=300 eval.samples=8")
+    args = parser.parse_args(argv)
+    reevaluate(args.run_dir, args.overrides)
+
+
+if __name__ == "__main__":
+    main()
