@@ -45,11 +45,11 @@ class TinyWorldConfig:
     num_kv_heads: int = 2
     intermediate_size: int = 384
     max_position: int = 256
-    warmup_steps: int = 300
+    warmup_steps: int = 400
     warmup_batch_size: int = 64
     warmup_lr: float = 3e-3
     # cosine decay to zero; false keeps the peak rate (a base stopped mid-learning, as RL then finds it)
-    warmup_cosine: bool = True
+    warmup_cosine: bool = False
     warmup_seed: int = 0
 
 
@@ -308,8 +308,20 @@ GROUP_SCHEMAS: dict[str, list[tuple[str, type]]] = {
 }
 
 
+def safe_dirname(name: str, limit: int = 160) -> str:
+    """A directory name from Hydra's override string, cut to ``limit`` characters with a short hash of the whole
+    when longer, so a cell with many overrides never hits the file system's 255-byte name limit."""
+    if len(name) <= limit:
+        return name
+    import hashlib
+
+    return f"{name[: limit - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+
+
 def register_configs() -> None:
     """Store the top-level schema and one schema per group option family (YAML files extend them)."""
+    if not OmegaConf.has_resolver("safe_dirname"):
+        OmegaConf.register_new_resolver("safe_dirname", safe_dirname)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for group, entries in GROUP_SCHEMAS.items():

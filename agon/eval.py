@@ -55,7 +55,7 @@ def crossplay(policies, task, cfg, problems, names: list[str | None]) -> dict[tu
 def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     from agon.cascade import evaluate
     from agon.policies import Policies, load_base
-    from agon.recorder import _JsonlFile, write_json_atomic
+    from agon.recorder import JsonlFile, write_json_atomic
     from agon.tasks import build_task
 
     cfg = load_run_config(run_dir, overrides)
@@ -73,7 +73,7 @@ def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
         task.close()
     out = run_dir / "reeval"
     out.mkdir(exist_ok=True)
-    rows = _JsonlFile(out / "eval.jsonl")
+    rows = JsonlFile(out / "eval.jsonl")
     rows.write(result.rows)
     rows.close()
     names = sorted({d for d, _ in matrix}, key=lambda n: (n == "base", n))

@@ -115,7 +115,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-class _JsonlFile:
+class JsonlFile:
     def __init__(self, path: Path):
         self.path = path
         if path.exists():  # drop a torn last line left by a crash, so appends start on a fresh line
@@ -161,9 +161,9 @@ class Recorder:
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._metrics = _JsonlFile(self.run_dir / "metrics.jsonl")
-        self._eval = _JsonlFile(self.run_dir / "eval.jsonl")
-        self._samples = _JsonlFile(self.run_dir / "samples.jsonl")
+        self._metrics = JsonlFile(self.run_dir / "metrics.jsonl")
+        self._eval = JsonlFile(self.run_dir / "eval.jsonl")
+        self._samples = JsonlFile(self.run_dir / "samples.jsonl")
 
     def _mirror(self, method: str, *args: Any) -> None:
         try:
