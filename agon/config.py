@@ -232,6 +232,8 @@ class TrainerConfig:
     # save a checkpoint every N steps (0: only at the end)
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
+    # continue from <output_dir>/checkpoints/latest when it exists (pass the old run's output_dir)
+    resume: bool = False
     # bad (non-finite) steps tolerated in a row before the run aborts
     max_bad_steps: int = 3
 

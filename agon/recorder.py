@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 import warnings
 from abc import ABC
@@ -73,6 +74,19 @@ def build_logger(cfg: DictConfig, run_dir: Path) -> Logger:
     except Exception as exc:  # the run must go on with its local files
         warnings.warn(f"logger {name!r} failed to start ({type(exc).__name__}: {exc}); logging locally only")
         return Logger()
+
+
+def sweep_name(sweep_dir: Path) -> str:
+    """A sweep's name: ``multirun/2026-11-30/10-00-00`` -> ``2026-11-30/10-00-00`` (the parts after ``multirun``, or
+    ``<date>/<time>`` in Hydra's layout under any base directory), else the directory's name."""
+    parts = Path(sweep_dir).resolve().parts
+    if "multirun" in parts:
+        rest = parts[len(parts) - parts[::-1].index("multirun") :]
+        if rest:
+            return "/".join(rest)
+    if len(parts) > 1 and re.fullmatch(r"\d{4}-\d{2}-\d{2}", parts[-2]):
+        return "/".join(parts[-2:])
+    return Path(sweep_dir).name
 
 
 def _jsonable(value: Any) -> Any:

@@ -83,7 +83,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if cfg.method.name == "agon" and cfg.init.mode == "divergent":
             policies.perturb("B", cfg.init.std, seed=cfg.init.seed + cfg.seed)
         trainer = Trainer(cfg, policies, task, recorder, run_dir)
-        start = trainer.evaluate("start").metrics if cfg.eval.at_start else {}
+        if cfg.trainer.resume and trainer.resume_latest():
+            start = _start_metrics(run_dir)
+        else:
+            start = trainer.evaluate("start").metrics if cfg.eval.at_start else {}
         if cfg.method.train:
             trainer.train(progress=cfg.progress)
         final = trainer.evaluate("final").metrics
@@ -114,6 +117,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _start_metrics(run_dir: Path) -> dict[str, Any]:
+    """The evaluation before training, as the interrupted run logged it."""
+    from agon.recorder import read_jsonl
+
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["train/step"] == 0 and "eval/accuracy" in r]
+    return rows[0] if rows else {}
 
 
 def _report(s: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,7 +51,6 @@ class TrainState:
     bad_steps: int = 0
     verifier_failures: int = 0
     train_seconds: float = 0.0
-    history: list = field(default_factory=list)
 
 
 def roles(method: str, rotation: str, step: int) -> tuple[str, str | bool]:
@@ -282,7 +281,7 @@ class Trainer:
             bar.set_postfix(reward=f"{m['role/drafter/reward/mean']:.2f}", acc=f"{m['train/accuracy']:.2f}",
                             tok_s=f"{m['time/tokens_per_s']:.0f}")
             if self.cfg.eval.every and self.state.step % self.cfg.eval.every == 0 and self.state.step < self.t.max_steps:
-                self.state.history.append(self.evaluate("train").metrics)
+                self.evaluate("train")
             if self.t.checkpoint_every and self.state.step % self.t.checkpoint_every == 0:
                 self.save_checkpoint()
         bar.close()
@@ -311,6 +310,15 @@ class Trainer:
         for old in kept[: -self.t.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
         return final
+
+    def resume_latest(self) -> bool:
+        """Restore ``checkpoints/latest`` of the run directory if there is one; True when it did."""
+        latest = self.run_dir / "checkpoints" / "latest"
+        if not latest.exists():
+            return False
+        self.load_checkpoint(self.run_dir / "checkpoints" / latest.read_text().strip())
+        self.log(f"[train] resumed from {latest.read_text().strip()} (step {self.state.step})")
+        return True
 
     def load_checkpoint(self, directory: Path) -> None:
         """Restore adapters, optimizers, RNG and the data position from a committed checkpoint."""

@@ -43,7 +43,7 @@ import wandb
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agon.recorder import Logger, register_logger
+from agon.recorder import Logger, register_logger, sweep_name
 
 log = logging.getLogger(__name__)
 
@@ -87,19 +87,6 @@ def _hydra_config() -> Any | None:
         return HydraConfig.get() if HydraConfig.initialized() else None
     except (ImportError, ValueError):
         return None
-
-
-def sweep_name(sweep_dir: Path) -> str:
-    """A sweep's name: ``multirun/2026-11-30/10-00-00`` -> ``2026-11-30/10-00-00`` (the parts after ``multirun``, or
-    ``<date>/<time>`` in Hydra's layout under any base directory), else the directory's name."""
-    parts = Path(sweep_dir).parts
-    if "multirun" in parts:
-        rest = parts[len(parts) - parts[::-1].index("multirun") :]
-        if rest:
-            return "/".join(rest)
-    if len(parts) > 1 and re.fullmatch(r"\d{4}-\d{2}-\d{2}", parts[-2]):
-        return "/".join(parts[-2:])
-    return Path(sweep_dir).name
 
 
 def run_names(cfg: DictConfig, run_dir: Path) -> tuple[str | None, str]:

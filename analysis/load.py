@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,8 @@ from typing import Any
 
 import pandas as pd
 import yaml
+
+from agon.recorder import sweep_name
 
 AXES = ("method", "reward", "exchange", "rotation", "init", "task", "model")
 # where each axis lives in the resolved config
@@ -129,19 +130,6 @@ def _read_yaml(path: Path) -> Any:
 
 def is_run_dir(path: Path) -> bool:
     return any((path / f).exists() for f in RUN_FILES)
-
-
-def sweep_name(sweep_dir: Path) -> str:
-    """A sweep's name: ``multirun/2026-11-30/10-00-00`` -> ``2026-11-30/10-00-00`` (the parts after ``multirun``, or
-    ``<date>/<time>`` in Hydra's layout under any base directory), else the directory's name."""
-    parts = Path(sweep_dir).resolve().parts
-    if "multirun" in parts:
-        rest = parts[len(parts) - parts[::-1].index("multirun") :]
-        if rest:
-            return "/".join(rest)
-    if len(parts) > 1 and re.fullmatch(r"\d{4}-\d{2}-\d{2}", parts[-2]):
-        return "/".join(parts[-2:])
-    return Path(sweep_dir).name
 
 
 def find_run_dirs(path: str | Path) -> list[Path]:

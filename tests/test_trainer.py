@@ -200,3 +200,23 @@ def test_reevaluation_of_a_finished_run(small_cfg, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "agon.eval", str(tmp_path / "run"), "eval.n_problemz=2"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "eval.n_problemz" in bad.stderr
+
+
+def test_run_resumes_from_its_latest_checkpoint(small_cfg):
+    """An interrupted run continues where its last committed checkpoint left it, without repeating steps."""
+    from agon.run import run
+
+    small_cfg.trainer.checkpoint_every = 1
+    run(small_cfg)
+    small_cfg.trainer.max_steps = 3
+    small_cfg.trainer.resume = True
+    summary = run(small_cfg)
+    assert summary["train/steps"] == 3
+    assert summary["eval/accuracy_at_start"] is not None
+    import pathlib
+
+    rows = read_jsonl(pathlib.Path(small_cfg.output_dir) / "metrics.jsonl")
+    train_steps = [r["train/step"] for r in rows if "role/drafter/accuracy" in r]
+    assert train_steps == [1, 2, 3]
+    ckpts = sorted(p.name for p in (pathlib.Path(small_cfg.output_dir) / "checkpoints").glob("step_*"))
+    assert ckpts == ["step_2", "step_3"]  # keep_checkpoints=2, the older pruned after the newer committed
