@@ -54,7 +54,7 @@ def crossplay(policies, task, cfg, problems, names: list[str | None]) -> dict[tu
 
 def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     from agon.cascade import evaluate
-    from agon.policies import Policies, load_base
+    from agon.policies import adapter_names, build_policies, load_base
     from agon.recorder import JsonlFile, write_json_atomic
     from agon.tasks import build_task
 
@@ -63,8 +63,8 @@ def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     task = build_task(cfg.task)
     try:
         model, tokenizer = load_base(cfg.model, cfg.task)
-        adapters = ["A", "B"] if cfg.method.name == "agon" else ["A"]
-        policies = Policies(model, tokenizer, adapters, cfg.model.lora)
+        adapters = adapter_names(cfg.method.name)
+        policies = build_policies(cfg, model, tokenizer)
         policies.load_adapters(run_dir / "adapters")
         problems = list(task.heldout_problems())[: cfg.eval.n_problems]
         result = evaluate(policies, task, cfg, problems, step=-1, phase="reeval")

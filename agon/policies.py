@@ -69,6 +69,21 @@ def load_base(model_cfg: Any, task_cfg: Any = None, log=print):
     return model, tokenizer
 
 
+def adapter_names(method: str) -> list[str]:
+    """Agon trains two adapters; every other method one (moa's stays untouched: the base)."""
+    return ["A", "B"] if method == "agon" else ["A"]
+
+
+def build_policies(cfg: Any, model, tokenizer) -> "Policies":
+    """The run's adapters on ``model``, initialised as ``cfg.init`` says: ``divergent`` gives B's ``lora_B`` a
+    seeded Gaussian perturbation (seed ``init.seed + seed``), ``symmetric`` leaves both at PEFT's zero init."""
+    policies = Policies(model, tokenizer, adapter_names(cfg.method.name), cfg.model.lora,
+                        cfg.model.gradient_checkpointing)
+    if "B" in policies.adapters and cfg.init.mode == "divergent":
+        policies.perturb("B", cfg.init.std, seed=cfg.init.seed + cfg.seed)
+    return policies
+
+
 class Policies:
     """A frozen base with named LoRA adapters (``A``, optionally ``B``) and helpers to sample and score them."""
 

@@ -63,7 +63,7 @@ def _overrides() -> str:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; returns the summary written to ``summary.json``."""
-    from agon.policies import Policies, load_base
+    from agon.policies import build_policies, load_base
     from agon.recorder import Recorder, build_logger
     from agon.tasks import build_task
     from agon.trainer import Trainer
@@ -78,10 +78,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         task = build_task(cfg.task)
         model, tokenizer = load_base(cfg.model, cfg.task)
-        adapters = ["A", "B"] if cfg.method.name == "agon" else ["A"]
-        policies = Policies(model, tokenizer, adapters, cfg.model.lora, cfg.model.gradient_checkpointing)
-        if cfg.method.name == "agon" and cfg.init.mode == "divergent":
-            policies.perturb("B", cfg.init.std, seed=cfg.init.seed + cfg.seed)
+        policies = build_policies(cfg, model, tokenizer)
         trainer = Trainer(cfg, policies, task, recorder, run_dir)
         if cfg.trainer.resume and trainer.resume_latest():
             start = _start_metrics(run_dir)

@@ -58,11 +58,24 @@ def test_perturbation_is_seeded(tiny_base):
             assert torch.equal(p, q)
 
 
-def test_symmetric_init_leaves_both_zero(policies):
-    for name in ("A", "B"):
-        for n, p in policies.lora_state(name).items():
-            if "lora_B" in n:
-                assert torch.count_nonzero(p) == 0
+def _lora_b_nonzero(policies, name):
+    return [bool(torch.count_nonzero(p)) for n, p in policies.lora_state(name).items() if "lora_B" in n]
+
+
+def test_init_modes_at_step_zero_as_a_run_builds_them(tiny_base):
+    """divergent: A's lora_B zero and B's not; symmetric: both zero (through the run's own builder)."""
+    import copy
+
+    from agon.policies import build_policies
+    from tests.conftest import TINY, compose_config
+
+    _, (model, tok) = tiny_base
+    div = build_policies(compose_config(TINY + ["init=divergent"]), copy.deepcopy(model), tok)
+    assert not any(_lora_b_nonzero(div, "A")) and all(_lora_b_nonzero(div, "B"))
+    sym = build_policies(compose_config(TINY + ["init=symmetric"]), copy.deepcopy(model), tok)
+    assert not any(_lora_b_nonzero(sym, "A")) and not any(_lora_b_nonzero(sym, "B"))
+    solo = build_policies(compose_config(TINY + ["method=grpo"]), copy.deepcopy(model), tok)
+    assert solo.adapters == ("A",)
 
 
 def test_update_of_one_adapter_leaves_the_other_and_the_base_bitwise_unchanged(policies):
