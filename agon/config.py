@@ -98,6 +98,9 @@ class TaskConfig:
 class ArithmeticTaskConfig(TaskConfig):
     kind: str = "arithmetic"
     name: str = "arithmetic"
+    # compact, as the tiny model reads it (the same as conf/task/arithmetic.yaml, so the offline world built for
+    # another task is the cached default one)
+    challenge_template: str = "{problem}|{recap}"
     min_terms: int = 3
     max_terms: int = 5
     # operands are drawn from [1, max_operand]

@@ -198,6 +198,8 @@ def ensure_world(model_cfg: Any, task_cfg: Any = None, log=print) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits here, then finds the finished model
         if (final / "world.json").exists():
             return final
+        for stale in root.glob(f".{final.name}.*"):  # left by a build that was killed; we hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
         log(f"[world] building the offline model into {final} (one-time warm start)")
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}."))
         try:

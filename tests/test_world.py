@@ -72,8 +72,11 @@ def test_a_partial_directory_without_the_marker_is_rebuilt(tmp_path, monkeypatch
     stale = tmp_path / f"tiny-{world.world_key(cfg.model, world._arithmetic_cfg(cfg.task))}"
     stale.mkdir()
     (stale / "config.json").write_text("{half")  # as a killed build might leave it
+    leftover = tmp_path / f".{stale.name}.killed"  # a killed build's temporary directory
+    leftover.mkdir()
     final = world.ensure_world(cfg.model, cfg.task, log=lambda *_: None)
     assert final == stale and (final / "world.json").exists()
+    assert not leftover.exists()
 
 
 def test_the_key_changes_with_what_shapes_the_model():
@@ -84,3 +87,11 @@ def test_the_key_changes_with_what_shapes_the_model():
     assert key != world.world_key(compose_config(TINY + ["model.tiny.warmup_steps=4"]).model, task)
     task2 = OmegaConf.structured(ArithmeticTaskConfig(max_operand=50))
     assert key != world.world_key(cfg.model, task2)
+
+
+def test_a_non_arithmetic_task_reuses_the_default_world():
+    """The world is always warm-started on the built-in arithmetic; another task must not key a second one."""
+    default = compose_config()
+    other = compose_config(["task=reasoning_gym"])
+    assert world.world_key(default.model, world._arithmetic_cfg(default.task)) == world.world_key(
+        other.model, world._arithmetic_cfg(other.task))
