@@ -84,6 +84,8 @@ class Trainer:
         self.policies, self.task, self.recorder, self.run_dir, self.log = policies, task, recorder, run_dir, log
         self.state = TrainState()
         self.pool = task.train_problems()
+        self._order: list[int] = []
+        self._order_epoch: int | None = None
         self.heldout = list(task.heldout_problems())[: cfg.eval.n_problems]
         trained = ["A"] if cfg.method.name in ("grpo", "self_refine") else list(policies.adapters)
         self.optimizers = {
@@ -106,7 +108,7 @@ class Trainer:
         return out
 
     def _epoch_order(self, epoch: int) -> list[int]:
-        if getattr(self, "_order_epoch", None) != epoch:
+        if self._order_epoch != epoch:
             self._order = list(range(len(self.pool)))
             random.Random(self.cfg.seed * 1_000_003 + epoch).shuffle(self._order)
             self._order_epoch = epoch
