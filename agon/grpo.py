@@ -17,6 +17,8 @@ from typing import Callable
 
 import torch
 
+from agon.registry import Registry
+
 Tensor = torch.Tensor
 
 
@@ -133,24 +135,9 @@ def clipped_surrogate(
 # Every aggregation is additive over micro-batches: summing it over the micro-batches of one generation batch gives
 # the loss of the whole batch, which is what TRL computes with gradient accumulation.
 Aggregation = Callable[[Tensor, Tensor, int, float, int], Tensor]
-LOSSES: dict[str, Aggregation] = {}
-
-
-def register_loss(name: str) -> Callable[[Aggregation], Aggregation]:
-    def wrap(fn: Aggregation) -> Aggregation:
-        if name in LOSSES:
-            raise ValueError(f"loss_type {name!r} is already registered")
-        LOSSES[name] = fn
-        return fn
-
-    return wrap
-
-
-def get_loss(name: str) -> Aggregation:
-    try:
-        return LOSSES[name]
-    except KeyError:
-        raise KeyError(f"unknown loss_type {name!r}; registered: {sorted(LOSSES)}") from None
+LOSSES: Registry[Aggregation] = Registry("trainer.loss_type")
+register_loss = LOSSES.register
+get_loss = LOSSES.get_or_raise
 
 
 @register_loss("grpo")

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
+from agon.registry import Registry
+
 
 class Logger(ABC):
     """A mirror of the run's records. The default methods do nothing (the null object)."""
@@ -44,17 +46,8 @@ class Logger(ABC):
 
 
 LoggerFactory = Callable[[DictConfig, Path], Logger]
-LOGGERS: dict[str, LoggerFactory] = {}
-
-
-def register_logger(name: str) -> Callable[[LoggerFactory], LoggerFactory]:
-    def wrap(factory: LoggerFactory) -> LoggerFactory:
-        if name in LOGGERS:
-            raise ValueError(f"logger {name!r} is already registered")
-        LOGGERS[name] = factory
-        return factory
-
-    return wrap
+LOGGERS: Registry[LoggerFactory] = Registry("logger.name")
+register_logger = LOGGERS.register
 
 
 @register_logger("none")
@@ -67,10 +60,9 @@ def build_logger(cfg: DictConfig, run_dir: Path) -> Logger:
     name = cfg.logger.name
     if name == "wandb" and "wandb" not in LOGGERS:
         import agon.wandb_logger  # noqa: F401  (registers "wandb"; imported lazily, wandb is slow to import)
-    if name not in LOGGERS:
-        raise KeyError(f"unknown logger.name {name!r}; registered: {sorted(LOGGERS)}")
+    factory = LOGGERS.get_or_raise(name)
     try:
-        return LOGGERS[name](cfg, run_dir)
+        return factory(cfg, run_dir)
     except Exception as exc:  # the run must go on with its local files
         warnings.warn(f"logger {name!r} failed to start ({type(exc).__name__}: {exc}); logging locally only")
         return Logger()

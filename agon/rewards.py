@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 import torch
 
+from agon.registry import Registry
+
 Tensor = torch.Tensor
 
 
@@ -54,24 +56,9 @@ class RoundRewards:
 
 
 RewardMode = Callable[[Outcome, Any], RoundRewards]
-REWARD_MODES: dict[str, RewardMode] = {}
-
-
-def register_reward(name: str) -> Callable[[RewardMode], RewardMode]:
-    def wrap(fn: RewardMode) -> RewardMode:
-        if name in REWARD_MODES:
-            raise ValueError(f"reward mode {name!r} is already registered")
-        REWARD_MODES[name] = fn
-        return fn
-
-    return wrap
-
-
-def get_reward_mode(name: str) -> RewardMode:
-    try:
-        return REWARD_MODES[name]
-    except KeyError:
-        raise KeyError(f"unknown reward.name {name!r}; registered: {sorted(REWARD_MODES)}") from None
+REWARD_MODES: Registry[RewardMode] = Registry("reward.name")
+register_reward = REWARD_MODES.register
+get_reward_mode = REWARD_MODES.get_or_raise
 
 
 def compute_rewards(outcome: Outcome, cfg: Any) -> RoundRewards:
