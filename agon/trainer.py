@@ -87,11 +87,11 @@ class Trainer:
         self._order: list[int] = []
         self._order_epoch: int | None = None
         self.heldout = list(task.heldout_problems())[: cfg.eval.n_problems]
-        trained = ["A"] if cfg.method.name in ("grpo", "self_refine") else list(policies.adapters)
+        # one optimizer per adapter (policies.adapter_names: A and B for agon, A alone otherwise)
         self.optimizers = {
             name: torch.optim.AdamW(policies.parameters(name), lr=self.t.learning_rate,
                                     weight_decay=self.t.weight_decay)
-            for name in trained
+            for name in policies.adapters
         }
         self.sampling = Sampling(self.t.max_new_tokens, self.t.temperature, self.t.top_p, self.t.top_k,
                                  cfg.eval.batch_size)
