@@ -66,7 +66,7 @@ def _agon_steps(args) -> list[float]:
     from hydra import compose, initialize_config_dir
 
     import agon.config  # noqa: F401  (registers the schemas)
-    from agon.policies import Policies
+    from agon.policies import build_policies
     from agon.recorder import Recorder
     from agon.trainer import Trainer
 
@@ -77,7 +77,7 @@ def _agon_steps(args) -> list[float]:
             f"trainer.num_generations={args.generations}", f"trainer.max_new_tokens={args.max_new_tokens}",
             "trainer.learning_rate=1e-5", "model.lora.rank=8", "model.lora.alpha=16"])
     cfg.task = task.cfg
-    policies = Policies(model, tok, ["A"], cfg.model.lora)
+    policies = build_policies(cfg, model, tok)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, policies, task, Recorder(Path(tmp), enabled=False), Path(tmp), log=lambda *_: None)
         times = []

@@ -59,7 +59,7 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
              phase: str) -> EvalResult:
     """Play every pipeline of ``cfg.method`` on ``problems`` x ``cfg.eval.samples``; metrics and eval.jsonl rows."""
     e = cfg.eval
-    sampling = Sampling(e.max_new_tokens, e.temperature, e.top_p, e.top_k, e.batch_size)
+    sampling = Sampling.from_config(e, e.batch_size)
     plays, headline = pipelines(cfg.method.name, cfg.rotation.mode)
     rows: list[dict[str, Any]] = []
     games: dict[str, Game] = {}

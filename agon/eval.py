@@ -41,7 +41,7 @@ def crossplay(policies, task, cfg, problems, names: list[str | None]) -> dict[tu
     from agon.rollout import Sampling, play
 
     e = cfg.eval
-    sampling = Sampling(e.max_new_tokens, e.temperature, e.top_p, e.top_k, e.batch_size)
+    sampling = Sampling.from_config(e, e.batch_size)
     matrix = {}
     for drafter in names:
         for answerer in names:
@@ -54,7 +54,7 @@ def crossplay(policies, task, cfg, problems, names: list[str | None]) -> dict[tu
 
 def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     from agon.cascade import evaluate
-    from agon.policies import adapter_names, build_policies, load_base
+    from agon.policies import build_policies, load_base
     from agon.recorder import JsonlFile, write_json_atomic
     from agon.tasks import build_task
 
@@ -63,12 +63,11 @@ def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     task = build_task(cfg.task)
     try:
         model, tokenizer = load_base(cfg.model, cfg.task)
-        adapters = adapter_names(cfg.method.name)
         policies = build_policies(cfg, model, tokenizer)
         policies.load_adapters(run_dir / "adapters")
         problems = list(task.heldout_problems())[: cfg.eval.n_problems]
         result = evaluate(policies, task, cfg, problems, step=-1, phase="reeval")
-        matrix = crossplay(policies, task, cfg, problems, [*adapters, None])
+        matrix = crossplay(policies, task, cfg, problems, [*policies.adapters, None])
     finally:
         task.close()
     out = run_dir / "reeval"

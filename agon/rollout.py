@@ -29,6 +29,11 @@ class Sampling:
     top_k: int = 0
     batch_size: int = 512
 
+    @classmethod
+    def from_config(cls, node: Any, batch_size: int) -> "Sampling":
+        """From a config node with max_new_tokens, temperature, top_p and top_k (``trainer`` or ``eval``)."""
+        return cls(node.max_new_tokens, node.temperature, node.top_p, node.top_k, batch_size)
+
 
 @dataclass(frozen=True)
 class Attempt:

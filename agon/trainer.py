@@ -93,8 +93,7 @@ class Trainer:
                                     weight_decay=self.t.weight_decay)
             for name in policies.adapters
         }
-        self.sampling = Sampling(self.t.max_new_tokens, self.t.temperature, self.t.top_p, self.t.top_k,
-                                 cfg.eval.batch_size)
+        self.sampling = Sampling.from_config(self.t, cfg.eval.batch_size)
 
     # -- data ----------------------------------------------------------------------------------------------------
 
@@ -318,8 +317,9 @@ class Trainer:
         latest = self.run_dir / "checkpoints" / "latest"
         if not latest.exists():
             return False
-        self.load_checkpoint(self.run_dir / "checkpoints" / latest.read_text().strip())
-        self.log(f"[train] resumed from {latest.read_text().strip()} (step {self.state.step})")
+        name = latest.read_text().strip()
+        self.load_checkpoint(self.run_dir / "checkpoints" / name)
+        self.log(f"[train] resumed from {name} (step {self.state.step})")
         return True
 
     def load_checkpoint(self, directory: Path) -> None:
