@@ -39,6 +39,9 @@ sweep: install ## the paper's 2x2 grid: reward x exchange
 figures: install ## figures and tables from a sweep into figures/ (RUNS=<dir> to choose)
 	$(PY) -m analysis.figures $(if $(RUNS),--runs $(RUNS))
 
+mutation: install ## mutation testing: the named wiring bugs must each fail the tests (docs/testing.md)
+	$(PY) tools/mutation.py --named $(ARGS)
+
 bench: install ## speed ratios measured side by side (agon step vs TRL GRPOTrainer step)
 	$(PY) -m agon.bench $(ARGS)
 
@@ -48,4 +51,4 @@ config: install ## print the resolved default config
 clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
 	rm -rf outputs multirun figures .pytest_cache
 
-.PHONY: help install run test test-full sweep figures bench config clean
+.PHONY: help install run test test-full sweep figures mutation bench config clean

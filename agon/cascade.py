@@ -13,15 +13,19 @@ orders. The headline (``eval/accuracy``) is, per method:
 
 The second stage sees the recap under ``exchange=visible`` and the plain prompt under ``exchange=hidden``, the same
 information it had in training. Keys that do not apply to a method are None (null in summary.json).
+
+Playing and scoring are separate: ``evaluate`` plays the pipelines, then ``summarise``, a pure function of the
+played games, builds the eval.jsonl rows and the metrics, so the definitions above can be checked on games built
+by hand (tests/test_cascade.py) and the analysis fixtures are written by the same code.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from agon.policies import Policies
-from agon.rollout import Game, Sampling, play
+from agon.rollout import Attempt, Game, Sampling, play
 from agon.tasks import Problem, Task
 
 NAMES = {None: "base"}
@@ -29,6 +33,11 @@ NAMES = {None: "base"}
 
 def _name(adapter: str | None) -> str:
     return NAMES.get(adapter, adapter)  # type: ignore[arg-type]
+
+
+def order_name(drafter: str | None, answerer: str | None | bool) -> str:
+    """``A>B`` for a cascade, the drafter's name alone when ``answerer`` is False (drafts only)."""
+    return _name(drafter) if answerer is False else f"{_name(drafter)}>{_name(answerer)}"
 
 
 def pipelines(method: str, rotation: str) -> tuple[list[tuple[str | None, str | None | bool]], list[str]]:
@@ -55,62 +64,67 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _accuracy(attempts: Sequence[Attempt] | None) -> float | None:
+    return _mean([float(a.verdict.correct) for a in attempts or ()])
+
+
 def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Problem], step: int,
              phase: str) -> EvalResult:
     """Play every pipeline of ``cfg.method`` on ``problems`` x ``cfg.eval.samples``; metrics and eval.jsonl rows."""
     e = cfg.eval
     sampling = Sampling.from_config(e, e.batch_size)
     plays, headline = pipelines(cfg.method.name, cfg.rotation.mode)
-    rows: list[dict[str, Any]] = []
-    games: dict[str, Game] = {}
-    final_acc: dict[str, float] = {}
-    solo_acc: dict[str, float] = {}
-    failures = 0
-    for drafter, answerer in plays:
-        game = play(policies, task, cfg.model, problems, drafter=drafter, challenger=answerer,
-                    exchange=cfg.exchange.mode, group_size=e.samples, sampling=sampling)
-        order = _name(drafter) if answerer is False else f"{_name(drafter)}>{_name(answerer)}"
-        games[order] = game
-        for i, rnd in enumerate(game.rounds):
-            stages = [("final" if answerer is False else "draft", rnd.draft)]
-            if rnd.challenge is not None:
-                stages.append(("final", rnd.challenge))
-            for stage, attempt in stages:
-                failures += attempt.verdict.failed
-                rows.append({"step": step, "phase": phase, "order": order, "stage": stage,
-                             "problem_id": rnd.problem.id, "sample": i % e.samples,
-                             "correct": attempt.verdict.correct, "format_ok": attempt.verdict.format_ok,
-                             "tokens": attempt.completion.n_tokens, "status": attempt.verdict.status})
-            if answerer is not False:  # the draft is the drafter alone on the plain prompt
-                rows.append({**rows[-2], "order": _name(drafter), "stage": "final"})
-        finals = [r for r in rows if r["order"] == order and r["stage"] == "final"]
-        final_acc[order] = _mean([float(r["correct"]) for r in finals])  # type: ignore[assignment]
-        solo = [r for r in rows if r["order"] == _name(drafter) and r["stage"] == "final"]
-        solo_acc.setdefault(_name(drafter), _mean([float(r["correct"]) for r in solo]))  # type: ignore[arg-type]
+    games = {order_name(drafter, answerer): play(policies, task, cfg.model, problems, drafter=drafter,
+                                                 challenger=answerer, exchange=cfg.exchange.mode,
+                                                 group_size=e.samples, sampling=sampling)
+             for drafter, answerer in plays}
+    return summarise(games, headline, step=step, phase=phase)
 
-    head_final = [r for r in rows if r["order"] in headline and r["stage"] == "final"]
-    head_draft = [r for r in rows if r["order"] in headline and r["stage"] == "draft"]
-    conv = [float(f["correct"]) for d, f in zip(head_draft, _finals_of(head_draft, head_final)) if not d["correct"]]
-    regr = [float(not f["correct"]) for d, f in zip(head_draft, _finals_of(head_draft, head_final)) if d["correct"]]
+
+def summarise(games: Mapping[str, Game], headline: Sequence[str], *, step: int, phase: str) -> EvalResult:
+    """The eval.jsonl rows and the metrics of played games (``order name -> Game``, as ``evaluate`` plays them).
+
+    Pure: nothing is sampled or graded here, only the verdicts already in the games are counted.
+    """
+    rows = [row for order, game in games.items() for row in _rows(order, game, step, phase)]
+    # a game's final answer is the challenge, or the draft itself when nobody answered it (grpo)
+    finals = {o: [r.challenge or r.draft for r in g.rounds] for o, g in games.items()}
+    solo: dict[str, list[Attempt]] = {}
+    for game in games.values():  # every draft is its drafter alone on the plain prompt
+        solo.setdefault(_name(game.drafter), []).extend(game.attempts("drafter"))
+    pairs = [(r.draft.verdict.correct, r.challenge.verdict.correct)
+             for o in headline for r in games[o].rounds if r.challenge is not None]
+    attempts = [a for g in games.values() for r in g.rounds for a in (r.draft, r.challenge) if a is not None]
+    first = next(iter(games.values()))
     metrics = {
-        "eval/accuracy": _mean([final_acc[o] for o in headline]),
-        "eval/final_trace_tokens": _mean([float(r["tokens"]) for r in head_final]),
-        "eval/n_problems": len(problems),
-        "eval/samples": e.samples,
-        "eval/cascade_acc_AB": final_acc.get("A>B"),
-        "eval/cascade_acc_BA": final_acc.get("B>A"),
-        "eval/solo_acc_A": solo_acc.get("A"),
-        "eval/solo_acc_B": solo_acc.get("B"),
-        "eval/solo_acc_base": solo_acc.get("base"),
-        "eval/conversion_rate": _mean(conv) if head_draft else None,
-        "eval/regression_rate": _mean(regr) if head_draft else None,
-        "eval/verifier_failures": failures,
-        "eval/headline_orders": headline,
+        "eval/accuracy": _mean([_accuracy(finals[o]) for o in headline]),  # type: ignore[arg-type]
+        "eval/final_trace_tokens": _mean([float(a.completion.n_tokens) for o in headline for a in finals[o]]),
+        "eval/n_problems": len(first.rounds) // first.group_size,
+        "eval/samples": first.group_size,
+        "eval/cascade_acc_AB": _accuracy(finals.get("A>B")),
+        "eval/cascade_acc_BA": _accuracy(finals.get("B>A")),
+        "eval/solo_acc_A": _accuracy(solo.get("A")),
+        "eval/solo_acc_B": _accuracy(solo.get("B")),
+        "eval/solo_acc_base": _accuracy(solo.get("base")),
+        "eval/conversion_rate": _mean([float(final) for draft, final in pairs if not draft]),
+        "eval/regression_rate": _mean([float(not final) for draft, final in pairs if draft]),
+        # each completion once: the solo rows repeat the drafts and are not counted again
+        "eval/verifier_failures": sum(a.verdict.failed for a in attempts),
+        "eval/headline_orders": list(headline),
     }
-    return EvalResult(metrics, rows, games)
+    return EvalResult(metrics, rows, dict(games))
 
 
-def _finals_of(drafts: list[dict[str, Any]], finals: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The final-stage row answering each draft row (same order, problem and sample)."""
-    index = {(r["order"], r["problem_id"], r["sample"]): r for r in finals}
-    return [index[(d["order"], d["problem_id"], d["sample"])] for d in drafts]
+def _rows(order: str, game: Game, step: int, phase: str) -> list[dict[str, Any]]:
+    """eval.jsonl rows of one game: a cascade's draft and final stages, and its drafts again as the drafter alone."""
+    rows = []
+    for i, rnd in enumerate(game.rounds):
+        if rnd.challenge is None:
+            stages = [(order, "final", rnd.draft)]
+        else:
+            stages = [(order, "draft", rnd.draft), (order, "final", rnd.challenge),
+                      (_name(game.drafter), "final", rnd.draft)]
+        rows += [{"step": step, "phase": phase, "order": o, "stage": stage, "problem_id": rnd.problem.id,
+                  "sample": i % game.group_size, "correct": a.verdict.correct, "format_ok": a.verdict.format_ok,
+                  "tokens": a.completion.n_tokens, "status": a.verdict.status} for o, stage, a in stages]
+    return rows

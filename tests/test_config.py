@@ -1,11 +1,17 @@
-"""The composed config: every group option composes and validates; mistakes fail before any model loads."""
+"""The composed config: every group option and every sweep cell composes and validates; mistakes fail before any
+model loads."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Callable, Sequence
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from agon.config import ConfigError, validate
@@ -71,8 +77,7 @@ def test_bad_config_fails_before_any_model_loads(tmp_path, monkeypatch):
     from agon.run import run
 
     monkeypatch.setenv("AGON_CACHE", str(tmp_path / "cache"))
-    cfg = compose_config(["trainer.num_generations=1", f"+output_dir_unused=1"]) if False else compose_config(
-        ["trainer.num_generations=1", "logger=none"])
+    cfg = compose_config(["trainer.num_generations=1", "logger=none"])
     cfg.output_dir = str(tmp_path / "run")
     with pytest.raises(ConfigError, match="trainer.num_generations"):
         run(cfg)
@@ -80,10 +85,99 @@ def test_bad_config_fails_before_any_model_loads(tmp_path, monkeypatch):
     assert not Path(cfg.output_dir).exists()
 
 
-def test_sweep_file_composes_the_grid():
-    from omegaconf import OmegaConf
+# ---------------------------------------------------------------------------------------------------------------
+# sweeps: every cell of every grid composes, validates and holds what its overrides name
 
-    sweep = OmegaConf.load(CONF.parent / "sweeps" / "grid_2x2.yaml")
-    params = sweep.hydra.sweeper.params
-    assert set(params.reward.split(",")) == {"competitive", "cooperative"}
-    assert set(params.exchange.split(",")) == {"visible", "hidden"}
+SWEEPS = CONF.parent / "sweeps"
+# the README's command: python -m agon.run -m reward=competitive,cooperative exchange=visible,hidden
+CLI_GRID = {"reward": "competitive,cooperative", "exchange": "visible,hidden"}
+TWO_BY_TWO = {(r, e) for r in ("competitive", "cooperative") for e in ("visible", "hidden")}
+
+
+def _compose_sweep(config_dir: Path, name: str, overrides: Sequence[str] = (), hydra: bool = False) -> DictConfig:
+    """A sweep file as ``--config-dir <dir> --config-name <name>`` composes it, conf/ on the search path."""
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return compose(config_name=name, overrides=[f"hydra.searchpath=[file://{CONF}]", *overrides],
+                       return_hydra_config=hydra)
+
+
+def _cells(params: dict) -> list[list[str]]:
+    """The cells of a sweep, expanded as Hydra's basic sweeper does: the product of each key's values."""
+    axes = []
+    for o in OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()]):
+        values = o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()]
+        axes.append([f"{o.get_key_element()}={v}" for v in values])
+    return [list(cell) for cell in itertools.product(*axes)]
+
+
+def _leaves(spec: dict, prefix: str = "") -> list[tuple[str, object]]:
+    return [leaf for k, v in spec.items()
+            for leaf in (_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)])]
+
+
+def _assert_option(cfg: DictConfig, group: str, option: str) -> None:
+    """``cfg`` holds what conf/<group>/<option>.yaml sets (an experiment: its keys and its group overrides)."""
+    spec = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{option}.yaml"))
+    for entry in spec.pop("defaults", []):
+        if isinstance(entry, dict):  # {"override /method": "grpo"}
+            ((key, value),) = entry.items()
+            _assert_option(cfg, key.split("/", 1)[1], value)
+    node = cfg if group == "experiment" else cfg[group]  # experiments are @package _global_
+    for key, value in _leaves(spec):
+        assert OmegaConf.select(node, key) == value, (group, option, key)
+
+
+def _grid(name: str | None) -> tuple[list[list[str]], Callable[[list[str]], DictConfig]]:
+    if name is None:
+        return _cells(CLI_GRID), compose_config
+    params = _compose_sweep(SWEEPS, name, hydra=True).hydra.sweeper.params
+    return _cells(dict(params)), lambda cell: _compose_sweep(SWEEPS, name, cell)
+
+
+@pytest.mark.parametrize("name", [None, *sorted(p.stem for p in SWEEPS.glob("*.yaml"))], ids=lambda n: n or "cli")
+def test_every_cell_of_every_grid_composes(name):
+    """The README's 2x2 command and each sweep file: each cell composes through Hydra, validates, and resolves to
+    the options its overrides name (a group option's YAML values, an experiment's keys and group overrides)."""
+    cells, compose_cell = _grid(name)
+    composed = []
+    for cell in cells:
+        cfg = compose_cell(cell)
+        validate(cfg)
+        for override in cell:
+            key, value = override.split("=", 1)
+            if (CONF / key).is_dir():
+                _assert_option(cfg, key, value)
+            else:
+                assert str(OmegaConf.select(cfg, key)) == value, (name, override)
+        chosen = dict(o.split("=", 1) for o in cell)
+        if "reward" in chosen:
+            # the reward's weights, from conf/reward/<name>.yaml, read here without Hydra
+            weights = OmegaConf.load(CONF / "reward" / f"{chosen['reward']}.yaml")
+            assert cfg.reward.name == chosen["reward"] == weights.name
+            for key in ("correct_weight", "conversion_bonus", "length_tiebreak", "team_weight", "format_weight"):
+                assert cfg.reward[key] == weights[key], (name, cell, key)
+        if "exchange" in chosen:
+            assert cfg.exchange.mode == chosen["exchange"]
+        composed.append(cfg)
+    # no two cells compose to the same config (an override that did not apply would make two equal)
+    assert len({OmegaConf.to_yaml(c) for c in composed}) == len(cells) > 0, name
+    axes = {(c.reward.name, c.exchange.mode) for c in composed}
+    if name in (None, "grid_2x2"):
+        assert axes == TWO_BY_TWO and len(composed) == 4
+    elif name == "grid_2x2_seeds":
+        assert {(c.reward.name, c.exchange.mode, c.seed) for c in composed} == {
+            (r, e, s) for r, e in TWO_BY_TWO for s in (0, 1, 2)}
+    elif name == "ablations":  # Agon beside every named experiment
+        assert sorted(c.experiment for c in composed) == _options("experiment")
+
+
+def test_a_grid_with_an_unknown_option_fails_to_compose(tmp_path):
+    """The grid check composes: a typo in a sweep value fails it, which reading the YAML as text would not."""
+    (tmp_path / "typo.yaml").write_text(
+        (SWEEPS / "grid_2x2.yaml").read_text().replace("competitive,cooperative", "competitive,coperative"))
+    params = _compose_sweep(tmp_path, "typo", hydra=True).hydra.sweeper.params
+    cells = _cells(dict(params))
+    assert len(cells) == 4
+    _compose_sweep(tmp_path, "typo", cells[0])
+    with pytest.raises(ConfigCompositionException, match="coperative"):
+        _compose_sweep(tmp_path, "typo", next(c for c in cells if "reward=coperative" in c))

@@ -67,14 +67,14 @@ def test_init_modes_at_step_zero_as_a_run_builds_them(tiny_base):
     import copy
 
     from agon.policies import build_policies
-    from tests.conftest import TINY, compose_config
+    from tests.conftest import TEST_WORLD, compose_config
 
     _, (model, tok) = tiny_base
-    div = build_policies(compose_config(TINY + ["init=divergent"]), copy.deepcopy(model), tok)
+    div = build_policies(compose_config(TEST_WORLD + ["init=divergent"]), copy.deepcopy(model), tok)
     assert not any(_lora_b_nonzero(div, "A")) and all(_lora_b_nonzero(div, "B"))
-    sym = build_policies(compose_config(TINY + ["init=symmetric"]), copy.deepcopy(model), tok)
+    sym = build_policies(compose_config(TEST_WORLD + ["init=symmetric"]), copy.deepcopy(model), tok)
     assert not any(_lora_b_nonzero(sym, "A")) and not any(_lora_b_nonzero(sym, "B"))
-    solo = build_policies(compose_config(TINY + ["method=grpo"]), copy.deepcopy(model), tok)
+    solo = build_policies(compose_config(TEST_WORLD + ["method=grpo"]), copy.deepcopy(model), tok)
     assert solo.adapters == ("A",)
 
 
@@ -95,8 +95,7 @@ def test_update_of_one_adapter_leaves_the_other_and_the_base_bitwise_unchanged(p
 def test_sampling_uses_the_updated_adapter(policies):
     """Train A (only A) toward one completion; sampling with A must show it at once, with B or the base not.
 
-    The test base is nearly random, so its tiny embedding norms cap how peaked any distribution can get; a low
-    sampling temperature turns "the target is now the most likely continuation" into what is sampled."""
+    A low sampling temperature turns "the target is now the most likely continuation" into what is sampled."""
     prompt = policies.render("12+7")
     target = "7777777"
     before = policies.sample([prompt] * 4, "A", max_new_tokens=8, temperature=1.0)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SMALL_RUN, TINY
+from tests.conftest import SMALL_RUN, TEST_WORLD
 
 
 def test_the_2x2_multirun_writes_every_cell_and_prints_one_table(tmp_path, agon_cache):
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "agon.run", "-m", "reward=competitive,cooperative", "exchange=visible,hidden",
-           *TINY, *[o for o in SMALL_RUN if not o.startswith("progress")], "trainer.max_steps=1", "logger=none",
+           *TEST_WORLD, *[o for o in SMALL_RUN if not o.startswith("progress")], "trainer.max_steps=1", "logger=none",
            f"hydra.sweep.dir={sweep}"]
     env = {**os.environ, "AGON_CACHE": str(agon_cache), "WANDB_MODE": "disabled"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600,

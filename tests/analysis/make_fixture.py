@@ -3,10 +3,11 @@
     python tests/analysis/make_fixture.py
 
 Four held-out problems, one sample each. ``SPECS`` gives, per run and phase, each order's draft and final
-correctness and final-stage tokens; summary.json is derived from the final phase exactly as the trainer defines
-it (headline accuracy = mean final-stage correctness over the headline orders; conversion = P(final right | draft
-wrong) and regression = P(final wrong | draft right), pooled over the cascade orders). The expected table values
-in test_analysis.py are worked out by hand from SPECS.
+correctness and final-stage tokens. Those are built into ``Game`` objects (the games ``rollout.play`` returns), and
+``agon.cascade.summarise`` turns them into the eval.jsonl rows and the evaluation metrics, exactly as a run does:
+nothing here re-implements a metric. metrics.jsonl and summary.json take those metrics the way the trainer and
+``agon.run`` write them. The expected table values in test_analysis.py are worked out by hand from SPECS, and
+test_analysis.py checks that the committed files are what this script writes with the current agon/cascade.py.
 """
 
 from __future__ import annotations
@@ -17,11 +18,18 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).parent / "fixtures" / "sweeps" / "2026-11-30"
-PROBLEMS = ["p0", "p1", "p2", "p3"]
-STEPS = 4
+from agon.cascade import EvalResult, order_name, pipelines, summarise
+from agon.policies import Completion
+from agon.rollout import Attempt, Game, Round
+from agon.tasks import Problem, Verdict
 
-# run dir -> axes, seed, and per phase: {order: (draft correct, final correct, final tokens)}
+ROOT = Path(__file__).parent / "fixtures" / "sweeps" / "2026-11-30"
+PROBLEMS = [Problem(f"p{i}", f"{i}+1+2", str(i + 3)) for i in range(4)]
+STEPS = 4
+DRAFT_TOKENS = 90
+
+# run dir -> axes, seed, and per phase: {order: (draft correct, final correct, final tokens)}; a draft of None
+# means drafts only (grpo), whose final answers are the drafts
 # fmt: off
 SPECS = {
     "10-00-00/0_exchange=visible,reward=competitive,seed=0": {
@@ -60,105 +68,48 @@ SPECS = {
 # fmt: on
 
 
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
+def _attempt(prompt: str, correct: int, tokens: int) -> Attempt:
+    verdict = Verdict(correct=bool(correct), format_ok=True, status="ok" if correct else "wrong")
+    return Attempt(prompt, Completion(f"<think>work</think>\\boxed{{{correct}}}", (7,) * tokens, False), verdict)
 
 
-def phase_stats(orders: dict) -> dict:
-    headline = [o for o in orders if ">" in o] or list(orders)
-    finals = [c for o in headline for c in orders[o][1]]
-    tokens = [t for o in headline for t in orders[o][2]]
-    conv, regr = [], []
-    for o in headline:
-        draft, final, _ = orders[o]
-        if draft is None:
-            continue
-        for d, f in zip(draft, final):
-            (regr if d else conv).append(1 - f if d else f)
-    return {
-        "accuracy": _mean(finals),
-        "final_trace_tokens": _mean(tokens),
-        "conversion_rate": _mean(conv),
-        "regression_rate": _mean(regr),
-        "headline": headline,
-    }
-
-
-def eval_rows(step: int, phase: str, orders: dict) -> list[dict]:
-    rows = []
+def games(orders: dict, exchange: str) -> dict[str, Game]:
+    """One evaluation's games, as rollout.play returns them: one round per problem (one sample each)."""
+    out = {}
     for order, (draft, final, tokens) in orders.items():
-        for i, pid in enumerate(PROBLEMS):
-            stages = (
-                [("final", final[i], tokens[i])]
-                if draft is None
-                else [("draft", draft[i], 90), ("final", final[i], tokens[i])]
-            )
-            for stage, ok, n in stages:
-                rows.append(
-                    {
-                        "step": step,
-                        "phase": phase,
-                        "order": order,
-                        "stage": stage,
-                        "problem_id": pid,
-                        "sample": 0,
-                        "correct": bool(ok),
-                        "format_ok": True,
-                        "tokens": n,
-                        "status": "ok",
-                    }
-                )
-    # each adapter alone (only for the two-adapter method)
-    if "A>B" in orders:
-        for solo, first in (("A", "A>B"), ("B", "B>A")):
-            for i, pid in enumerate(PROBLEMS):
-                rows.append(
-                    {
-                        "step": step,
-                        "phase": phase,
-                        "order": solo,
-                        "stage": "final",
-                        "problem_id": pid,
-                        "sample": 0,
-                        "correct": bool(orders[first][0][i]),
-                        "format_ok": True,
-                        "tokens": 90,
-                        "status": "ok",
-                    }
-                )
-    return rows
+        drafter, _, answerer = order.partition(">")
+        rounds = []
+        for i, problem in enumerate(PROBLEMS):
+            plain, recap = f"user: {problem.question}", f"recap of {order} on {problem.id}"
+            if draft is None:  # drafts only (grpo): the draft is the final answer
+                rounds.append(Round(problem, _attempt(plain, final[i], tokens[i]), recap))
+                continue
+            prompt = f"{plain}\nrival: {recap}" if exchange == "visible" else plain
+            rounds.append(Round(problem, _attempt(plain, draft[i], DRAFT_TOKENS), recap,
+                                _attempt(prompt, final[i], tokens[i])))
+        out[order] = Game(rounds, _adapter(drafter), _adapter(answerer) if answerer else None, group_size=1)
+    return out
 
 
-def eval_metrics(stats: dict, orders: dict, prefix: str = "eval") -> dict:
-    m = {
-        f"{prefix}/accuracy": stats["accuracy"],
-        f"{prefix}/final_trace_tokens": stats["final_trace_tokens"],
-        f"{prefix}/conversion_rate": stats["conversion_rate"],
-        f"{prefix}/regression_rate": stats["regression_rate"],
-    }
-    if "A>B" in orders:
-        m.update(
-            {
-                "eval/cascade_acc_AB": _mean(orders["A>B"][1]),
-                "eval/cascade_acc_BA": _mean(orders["B>A"][1]),
-                "eval/solo_acc_A": _mean(orders["A>B"][0]),
-                "eval/solo_acc_B": _mean(orders["B>A"][0]),
-            }
-        )
-    else:
-        m.update(
-            {
-                "eval/cascade_acc_AB": None,
-                "eval/cascade_acc_BA": None,
-                "eval/solo_acc_A": _mean(orders["A"][1]),
-                "eval/solo_acc_B": None,
-            }
-        )
-    return m
+def _adapter(name: str) -> str | None:
+    return None if name == "base" else name
 
 
-def write_run(rel: str, spec: dict) -> None:
-    run = ROOT / rel
+def evaluation(spec: dict, phase: str, step: int) -> EvalResult:
+    """eval.jsonl rows and metrics of one phase, from agon.cascade exactly as the trainer gets them."""
+    plays, headline = pipelines(spec["method"], "alternate")
+    played = games(spec[phase], spec["exchange"])
+    assert list(played) == [order_name(d, a) for d, a in plays], (spec["method"], list(played))
+    return summarise(played, headline, step=step, phase=phase)
+
+
+def logged(metrics: dict) -> dict:
+    """What the trainer writes to metrics.jsonl of an evaluation: every metric but the list of headline orders."""
+    return {k: v for k, v in metrics.items() if not isinstance(v, list)}
+
+
+def write_run(root: Path, rel: str, spec: dict) -> None:
+    run = root / rel
     overrides = rel.split("/", 1)[1].split("_", 1)[1].split(",")
     config = {
         "model": {"name": "tiny"},
@@ -176,20 +127,21 @@ def write_run(rel: str, spec: dict) -> None:
     (run / ".hydra").mkdir(parents=True, exist_ok=True)
     (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    final, start = spec.get("final"), spec.get("start")
+    complete = "final" in spec
     metrics, evals, samples = [], [], []
-    if start:
-        s0 = phase_stats(start)
-        metrics.append({"train/step": 0, **eval_metrics(s0, start)})
-        evals += eval_rows(0, "start", start)
-    last = STEPS if final else 2
-    for step in range(1, last + 1):
+    if "start" in spec:
+        start = evaluation(spec, "start", 0)
+        metrics.append({"train/step": 0, **logged(start.metrics)})
+        evals += start.rows
+    if complete:
+        final = evaluation(spec, "final", STEPS)
+    for step in range(1, (STEPS if complete else 2) + 1):
         frac = step / STEPS
         acc, tok = None, 60 - 5 * step
-        if final:
-            s1 = phase_stats(final)
-            acc = round(s0["accuracy"] + (s1["accuracy"] - s0["accuracy"]) * frac, 4)
-            tok = round(60 + (s1["final_trace_tokens"] - 60) * frac, 2)
+        if complete:  # training curves that end at the final evaluation's values
+            acc0, acc1 = start.metrics["eval/accuracy"], final.metrics["eval/accuracy"]
+            acc = round(acc0 + (acc1 - acc0) * frac, 4)
+            tok = round(60 + (final.metrics["eval/final_trace_tokens"] - 60) * frac, 2)
         metrics.append(
             {
                 "train/step": step,
@@ -203,10 +155,9 @@ def write_run(rel: str, spec: dict) -> None:
                 "time/step_s": 1.5,
             }
         )
-    if final:
-        s1 = phase_stats(final)
-        metrics.append({"train/step": STEPS, **eval_metrics(s1, final)})
-        evals += eval_rows(STEPS, "final", final)
+    if complete:
+        metrics.append({"train/step": STEPS, **logged(final.metrics)})
+        evals += final.rows
         samples = [
             {
                 "step": STEPS,
@@ -221,7 +172,7 @@ def write_run(rel: str, spec: dict) -> None:
                 "drafter_reward": 1.0,
                 "challenger_reward": 1.0,
             }
-            for i, pid in enumerate(PROBLEMS[:2])
+            for i, pid in enumerate(p.id for p in PROBLEMS[:2])
         ]
     with open(run / "metrics.jsonl", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in metrics)
@@ -229,16 +180,16 @@ def write_run(rel: str, spec: dict) -> None:
         f.writelines(json.dumps(r) + "\n" for r in evals)
     with open(run / "samples.jsonl", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in samples)
-    if not final:
+    if not complete:
         return
+    # the keys agon.run writes: the final evaluation's metrics, then the run's totals and identity
     summary = {
-        **eval_metrics(s1, final),
-        "eval/accuracy_at_start": s0["accuracy"],
-        "eval/n_problems": len(PROBLEMS),
-        "eval/samples": 1,
-        "eval/headline_orders": s1["headline"],
+        **final.metrics,
+        "eval/accuracy_at_start": start.metrics["eval/accuracy"],
         "train/steps": STEPS,
         "train/generated_tokens": 1000 * STEPS,
+        "train/verifier_failures": 0,
+        "time/train_s": 5.0,
         "time/total_s": 6.0,
         "method": spec["method"],
         "reward": spec["reward"],
@@ -257,13 +208,14 @@ def write_run(rel: str, spec: dict) -> None:
     (run / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
 
 
-def main() -> None:
-    shutil.rmtree(ROOT, ignore_errors=True)
-    for sweep in {rel.split("/")[0] for rel in SPECS}:
-        (ROOT / sweep).mkdir(parents=True)
-        (ROOT / sweep / "multirun.yaml").write_text("# fixture: the sweep's Hydra config would be here\nhydra: {}\n")
+def main(root: Path = ROOT) -> None:
+    """(Re)write every fixture run under ``root`` (the committed directory by default)."""
+    shutil.rmtree(root, ignore_errors=True)
+    for sweep in sorted({rel.split("/")[0] for rel in SPECS}):
+        (root / sweep).mkdir(parents=True)
+        (root / sweep / "multirun.yaml").write_text("# fixture: the sweep's Hydra config would be here\nhydra: {}\n")
     for rel, spec in SPECS.items():
-        write_run(rel, spec)
+        write_run(root, rel, spec)
 
 
 if __name__ == "__main__":

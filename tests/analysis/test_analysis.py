@@ -1,6 +1,9 @@
 """analysis/ on the committed fixture (tests/analysis/fixtures, written by make_fixture.py).
 
-Expected values, worked out by hand from make_fixture.SPECS (4 problems, 1 sample, headline orders A>B and B>A):
+The fixture's eval.jsonl rows and evaluation metrics are agon.cascade.summarise of games built from
+make_fixture.SPECS (test_fixtures_are_what_cascade_writes keeps the committed files equal to that). Expected values,
+worked out by hand from SPECS (4 problems, 1 sample, headline orders A>B and B>A; conversion and regression pooled
+over both orders):
 
     cell                   seeds  start   acc    delta  conv   regr   tokens  95% CI             paper
     competitive/visible    2      .25     .75    .50    .625   .125   22.5    [.625, .875] seeds .61, 3500
@@ -9,10 +12,16 @@ Expected values, worked out by hand from make_fixture.SPECS (4 problems, 1 sampl
         two seeds: bootstrap means are .625, .75, .875 with p = 1/4, 1/2, 1/4 -> [.625, .875]
     competitive/hidden     1      .25     .625   .375   .25    0      40      [.5, .875] problems .32
         per-problem (A>B, B>A mean): .5 .5 .5 1 -> low .5 (P(no 1) = .32); high .875 (P(k<=2) = .95 < .975)
+        conv: A>B wrong drafts p0,p1 -> finals 0,1; B>A wrong drafts p1,p2 -> 0,0: 1/4. regr: right drafts' finals
+        all right: 0/4
     cooperative/visible    1      .125    .75    .625   .5     0      60      [.5, 1] problems    .46
+        final 3/4 + 3/4, start 1/4 + 0/4; per-problem .5 1 .5 1 -> [.5, 1] (P(all .5) = P(all 1) = 1/16)
     cooperative/hidden     1      .25     .25    0      0      1/3    30      [0, .5] problems    -
+        regr pooled: A>B right draft p3 -> final right (0/1), B>A right drafts p2,p3 -> right, wrong (1/2): 1/3
+        (the mean of the two rates would be 1/4); per-problem 0 0 .5 .5 -> [0, .5]
     self-refine            0 (1 incomplete: no summary.json)
     GRPO                   1      .25     .5     .25    -      -      80      [0, 1] problems     .30, 8100
+        drafts only: the final answers are A's drafts 1 0 1 0 (start 0 0 1 0); no cascade, so no rates
 """
 
 from __future__ import annotations
@@ -26,10 +35,12 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from tests.analysis import make_fixture
+
 from analysis import cells_table, format_table, load_runs, newest_multirun, results_table, sweep_table
 from analysis.figures import main as figures_main
 from analysis.load import find_run_dirs
-from analysis.tables import bootstrap_ci, paper_reference, to_latex, to_markdown
+from analysis.tables import bootstrap_ci, final_rows, paper_reference, to_latex, to_markdown
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sweeps"
 GRID = FIXTURES / "2026-11-30" / "10-00-00"
@@ -47,6 +58,29 @@ CELLS = [
 @pytest.fixture(scope="module")
 def data():
     return load_runs(FIXTURES)
+
+
+def test_fixtures_are_what_cascade_writes(tmp_path):
+    """The committed files are exactly make_fixture's output with today's agon/cascade.py (else regenerate them)."""
+    root = tmp_path / "2026-11-30"
+    make_fixture.main(root)
+    committed = FIXTURES / "2026-11-30"
+    files = sorted(p.relative_to(committed) for p in committed.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
+    for rel in files:
+        assert (committed / rel).read_bytes() == (root / rel).read_bytes(), f"{rel}: rerun make_fixture.py"
+
+
+def test_eval_rows_hold_the_summary(data):
+    """What analysis reads per problem (eval.jsonl) and per run (summary.json) agree for every complete run."""
+    runs = data.runs[data.runs["status"] == "complete"]
+    assert len(runs) == 6
+    for _, run in runs.iterrows():
+        rows = final_rows(data.evals, run)
+        assert set(rows["order"]) == set(run["headline_orders"]) and len(rows) == 4 * len(run["headline_orders"])
+        # orders of equal size: the mean over their rows is the mean of their accuracies
+        assert rows["correct"].mean() == pytest.approx(run["eval/accuracy"]), run["run_id"]
+        assert rows["tokens"].mean() == pytest.approx(run["eval/final_trace_tokens"]), run["run_id"]
 
 
 def test_finds_run_dirs_under_several_roots():
@@ -81,6 +115,12 @@ def test_runs_frame(data):
     assert (crashed["method"], crashed["run_id"]) == ("self_refine", "2026-11-30/11-00-00/1_method=self_refine")
     seeds = runs[runs["cell"] == "competitive · visible"]
     assert list(seeds["seed"]) == [0, 1] and set(seeds["extra"]) == {""}
+    # each adapter alone is its own cascade's drafts; by hand from SPECS (A>B drafts, B>A drafts, finals)
+    cells = ["competitive · visible", "cooperative · hidden"]
+    columns = ["eval/solo_acc_A", "eval/solo_acc_B", "eval/cascade_acc_AB", "eval/cascade_acc_BA"]
+    got = runs[runs["cell"].isin(cells) & (runs["seed"] == 0)].set_index("cell").loc[cells, columns]
+    assert got.values.tolist() == [[0.5, 0.5, 1.0, 0.75], [0.25, 0.5, 0.25, 0.25]]
+    assert grpo["eval/solo_acc_A"] == 0.5 and math.isnan(grpo["eval/cascade_acc_AB"])  # grpo: A's drafts, no cascade
 
 
 def test_steps_and_evals_frames(data):

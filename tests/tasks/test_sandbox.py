@@ -8,6 +8,7 @@ run's working directory is gone.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -365,9 +366,59 @@ def test_concurrent_runs_half_timing_out_are_bounded(sandbox):
     assert len(os.listdir("/proc/self/fd")) <= fds_before
 
 
+def _unenterable_dir(parent: Path) -> Path:
+    """A directory only its owner may enter (uid 65534 cannot, when the owner is root)."""
+    d = parent / "private"
+    d.mkdir()
+    d.chmod(0o700)
+    return d
+
+
+def _no_sandbox_tools(tmp_path: Path, monkeypatch) -> tuple[dict, str]:
+    """PATH holds no unshare and no setpriv; a tmp_root of its own, so no probe cached for another PATH applies."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    root = tmp_path / "sbx"
+    root.mkdir()
+    return {"tmp_root": str(root)}, "unshare and setpriv not found"
+
+
+def _tmp_root_unenterable(tmp_path: Path, monkeypatch) -> tuple[dict, str]:
+    root = _unenterable_dir(tmp_path)
+    return {"tmp_root": str(root)}, f"uid {NOBODY} cannot enter the temporary directory {root}"
+
+
+def _python_unreadable(tmp_path: Path, monkeypatch) -> tuple[dict, str]:
+    """An interpreter only its owner may read and run (like a virtual environment under /root): every check passes
+    until the probe run itself, which uid 65534 cannot start. How it fails depends on the kernel (exec refused, or
+    the launcher unreadable), so only the kind of reason is checked."""
+    python = tmp_path / "python3"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o700)
+    return {"python": str(python)}, "probe run failed: "
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="Linux only")
-def test_session_fallback_reports_itself(session_sandbox):
-    assert session_sandbox.isolation == ISOLATION_SESSION
+@pytest.mark.parametrize("condition", [_no_sandbox_tools, _tmp_root_unenterable, _python_unreadable],
+                         ids=["no-unshare-on-PATH", "tmp_root-unenterable", "python-unreadable"])
+def test_session_fallback_reports_itself(condition, tmp_path, monkeypatch, caplog):
+    """A real reason for the namespace probe to fail: auto falls back to session, says why, and still runs programs;
+    namespace refuses to start."""
+    kwargs, why = condition(tmp_path, monkeypatch)
+    if not IS_ROOT:
+        why = "not running as root"  # checked first: the other conditions are never reached
+    with caplog.at_level("WARNING", logger="agon.tasks.sandbox"):
+        sb = LocalSandbox(isolation="auto", **kwargs)
+    assert sb.isolation == ISOLATION_SESSION
+    assert f"namespace isolation unavailable ({why}" in sb.note
+    warnings = [r.getMessage() for r in caplog.records if r.name == "agon.tasks.sandbox"]
+    assert any("falling back to session isolation" in m and why in m for m in warnings), warnings
+    # it runs programs, and really in session mode: as this process's user, not as uid 65534 in a namespace
+    res = run(sb, "import os\nn = int(input())\nprint(n * 7, os.getuid())\n", stdin="6\n")
+    assert (res.status, res.stdout) == ("ok", f"42 {os.getuid()}\n"), res
+    with pytest.raises(RuntimeError, match=re.escape(f"namespace isolation is not available here: {why}")):
+        LocalSandbox(isolation="namespace", **kwargs)
 
 
 @needs_namespace

@@ -1,0 +1,212 @@
+"""Held-out metrics on games built by hand: every number is worked out below, and no two definitions agree.
+
+Four problems x two samples, so eight rounds per game, problem-major (round i is problem i // 2, sample i % 2).
+A pattern gives each round's verdict: ``1`` right, ``0`` wrong, ``t``/``e``/``u`` a verifier failure (timeout,
+error, unscorable), which scores as wrong. Final-stage tokens are ``base + i`` for round i (a mean of base + 3.5),
+drafts ``100 + i`` (mean 103.5).
+
+    order      drafts     finals     final tokens   draft right  final right  conversion   regression
+    A>B        1100t001   10110101   20 + i         3/8          5/8          3/5          1/3
+    B>A        01110100   110000u0   40 + i         4/8          2/8          1/4          3/4
+    A>A        011100e0   10101101   60 + i         3/8          5/8          4/5          2/3
+    base>base  10000000   11000001   80 + i         1/8          3/8          2/7          0/1
+    A (grpo)   111000t0   -          -              3/8          (the drafts)  -           -
+
+Worked out per order (draft, final) for rounds 0..7:
+    A>B   wrong drafts at 2,3,4,5,6 -> finals 1,1,0,1,0: 3 of 5; right drafts at 0,1,7 -> finals 1,0,1: 1 of 3
+    B>A   wrong drafts at 0,4,6,7 -> finals 1,0,0,0: 1 of 4; right drafts at 1,2,3,5 -> finals 1,0,0,0: 3 of 4
+    A>A   wrong drafts at 0,4,5,6,7 -> finals 1,1,1,0,1: 4 of 5; right drafts at 1,2,3 -> finals 0,1,0: 2 of 3
+    base  wrong drafts at 1..7 -> finals 1,0,0,0,0,0,1: 2 of 7; the right draft at 0 -> final 1: 0 of 1
+
+Agon, rotation=alternate pools A>B and B>A: accuracy (5/8 + 2/8) / 2 = 7/16, conversion (3 + 1) / (5 + 4) = 4/9,
+regression (1 + 3) / (3 + 4) = 4/7, tokens (23.5 + 43.5) / 2 = 33.5. The wrong definitions give: A>B alone 5/8;
+P(final right | draft right) 3/7; P(final wrong | draft wrong) 5/9; per-order means of rates .425 and .542; solo B
+from A>B's finals 5/8 (B>A's drafts give 4/8). Verifier failures are the t/e/u marks, each completion once: 2 in
+agon's games (the solo rows repeat A>B's drafts, its timeout included, and must not count it again), 1 in A>A's,
+1 in grpo's, 0 in base>base's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agon.cascade import EvalResult, evaluate, order_name, pipelines, summarise
+from agon.policies import Completion
+from agon.rollout import Attempt, Game, Round
+from agon.tasks import Problem, Verdict
+
+PROBLEMS = [Problem(f"p{k}", f"{k}+{k}", str(2 * k)) for k in range(4)]
+SAMPLES = 2
+FAILURES = {"t": "timeout", "e": "error", "u": "unscorable"}
+
+# order -> (drafter, answerer, draft pattern, final pattern, final-token base)
+GAMES = {
+    "A>B": ("A", "B", "1100t001", "10110101", 20),
+    "B>A": ("B", "A", "01110100", "110000u0", 40),
+    "A>A": ("A", "A", "011100e0", "10101101", 60),
+    "base>base": (None, None, "10000000", "11000001", 80),
+    "A": ("A", False, "111000t0", None, None),
+}
+
+NONE_KEYS = {"eval/cascade_acc_AB": None, "eval/cascade_acc_BA": None, "eval/solo_acc_A": None,
+             "eval/solo_acc_B": None, "eval/solo_acc_base": None}
+AGON = {"eval/n_problems": 4, "eval/samples": 2, "eval/cascade_acc_AB": 5 / 8, "eval/cascade_acc_BA": 2 / 8,
+        "eval/solo_acc_A": 3 / 8, "eval/solo_acc_B": 4 / 8, "eval/solo_acc_base": None, "eval/verifier_failures": 2}
+# (method, rotation) -> every metric summarise returns
+EXPECTED = {
+    ("agon", "alternate"): {**AGON, "eval/accuracy": 7 / 16, "eval/final_trace_tokens": 33.5,
+                            "eval/conversion_rate": 4 / 9, "eval/regression_rate": 4 / 7,
+                            "eval/headline_orders": ["A>B", "B>A"]},
+    # both orders are still played (and reported), only A>B is the headline
+    ("agon", "fixed"): {**AGON, "eval/accuracy": 5 / 8, "eval/final_trace_tokens": 23.5,
+                        "eval/conversion_rate": 3 / 5, "eval/regression_rate": 1 / 3, "eval/headline_orders": ["A>B"]},
+    ("self_refine", None): {**NONE_KEYS, "eval/n_problems": 4, "eval/samples": 2, "eval/solo_acc_A": 3 / 8,
+                            "eval/accuracy": 5 / 8, "eval/final_trace_tokens": 63.5, "eval/conversion_rate": 4 / 5,
+                            "eval/regression_rate": 2 / 3, "eval/verifier_failures": 1,
+                            "eval/headline_orders": ["A>A"]},
+    ("moa", None): {**NONE_KEYS, "eval/n_problems": 4, "eval/samples": 2, "eval/solo_acc_base": 1 / 8,
+                    "eval/accuracy": 3 / 8, "eval/final_trace_tokens": 83.5, "eval/conversion_rate": 2 / 7,
+                    "eval/regression_rate": 0.0, "eval/verifier_failures": 0, "eval/headline_orders": ["base>base"]},
+    # grpo's answer is the draft: its accuracy and solo A are the same drafts, and there is no cascade rate
+    ("grpo", None): {**NONE_KEYS, "eval/n_problems": 4, "eval/samples": 2, "eval/solo_acc_A": 3 / 8,
+                     "eval/accuracy": 3 / 8, "eval/final_trace_tokens": 103.5, "eval/conversion_rate": None,
+                     "eval/regression_rate": None, "eval/verifier_failures": 1, "eval/headline_orders": ["A"]},
+}
+# rotation only changes agon's headline
+CASES = [(m, r) for m, r in EXPECTED if r] + [(m, r) for m, x in EXPECTED if not x for r in ("alternate", "fixed")]
+
+
+def _attempt(prompt: str, mark: str, tokens: int) -> Attempt:
+    status = {"1": "ok", "0": "wrong"}.get(mark) or FAILURES[mark]
+    verdict = Verdict(correct=mark == "1", format_ok=status != "no_answer", status=status, detail=f"marked {mark}")
+    return Attempt(prompt, Completion(f"<think>work</think>answer {mark}", tuple(range(tokens)), False), verdict)
+
+
+def _game(order: str, exchange: str) -> Game:
+    """One game as ``rollout.play`` would return it: plain prompt for drafts, recap only under visible exchange."""
+    drafter, answerer, drafts, finals, base = GAMES[order]
+    rounds = []
+    for i, mark in enumerate(drafts):
+        problem = PROBLEMS[i // SAMPLES]
+        plain, recap = f"user: {problem.question}", f"recap {order} {i}"
+        draft = _attempt(plain, mark, 100 + i)
+        challenge = None
+        if finals is not None:
+            prompt = f"user: {problem.question}\nrival: {recap}" if exchange == "visible" else plain
+            challenge = _attempt(prompt, finals[i], base + i)
+        rounds.append(Round(problem, draft, recap, challenge))
+    return Game(rounds, drafter, None if answerer is False else answerer, SAMPLES)
+
+
+def _summary(method: str, rotation: str, exchange: str, step: int = 7, phase: str = "final") -> EvalResult:
+    plays, headline = pipelines(method, rotation)
+    games = {order_name(d, a): _game(order_name(d, a), exchange) for d, a in plays}
+    return summarise(games, headline, step=step, phase=phase)
+
+
+def _assert_metrics(got: dict, expected: dict) -> None:
+    assert set(got) == set(expected)
+    for key, value in expected.items():
+        if isinstance(value, float):
+            assert got[key] == pytest.approx(value, rel=1e-12), key
+        else:
+            assert got[key] == value and type(got[key]) is type(value), key
+
+
+def marks(rows: list[dict]) -> str:
+    """eval.jsonl rows back as a pattern string."""
+    return "".join("1" if r["correct"] else {"wrong": "0"}.get(r["status"], r["status"][0]) for r in rows)
+
+
+@pytest.mark.parametrize("exchange", ["visible", "hidden"])
+@pytest.mark.parametrize("method,rotation", CASES)
+def test_metrics_of_hand_built_games(method, rotation, exchange):
+    expected = EXPECTED.get((method, rotation)) or EXPECTED[(method, None)]
+    _assert_metrics(_summary(method, rotation, exchange).metrics, expected)
+
+
+def test_pipelines_play_what_each_method_deploys():
+    assert pipelines("agon", "alternate") == ([("A", "B"), ("B", "A")], ["A>B", "B>A"])
+    assert pipelines("agon", "fixed") == ([("A", "B"), ("B", "A")], ["A>B"])
+    assert pipelines("self_refine", "alternate") == ([("A", "A")], ["A>A"])
+    assert pipelines("moa", "fixed") == ([(None, None)], ["base>base"])
+    assert pipelines("grpo", "alternate") == ([("A", False)], ["A"])
+    assert [order_name(d, a) for d, a in [("A", "B"), (None, None), ("A", False)]] == ["A>B", "base>base", "A"]
+    with pytest.raises(KeyError, match="ppo"):
+        pipelines("ppo", "alternate")
+
+
+def test_eval_rows_of_a_cascade():
+    result = _summary("agon", "alternate", "visible", step=7, phase="final")
+    rows = result.rows
+    # per order: 8 rounds x (draft, final) and the drafts again as the drafter alone
+    assert len(rows) == 2 * 8 * 3
+    by = {(o, s): [r for r in rows if (r["order"], r["stage"]) == (o, s)]
+          for o, s in [("A>B", "draft"), ("A>B", "final"), ("B>A", "draft"), ("B>A", "final"), ("A", "final"),
+                       ("B", "final")]}
+    assert sum(map(len, by.values())) == len(rows)
+
+    assert (marks(by["A>B", "draft"]), marks(by["A>B", "final"])) == ("1100t001", "10110101")
+    assert (marks(by["B>A", "draft"]), marks(by["B>A", "final"])) == ("01110100", "110000u0")
+    # each adapter alone is its own cascade's drafts: A from A>B, B from B>A (not the other cascade's finals)
+    assert (marks(by["A", "final"]), marks(by["B", "final"])) == ("1100t001", "01110100")
+    for rs in by.values():
+        assert [r["problem_id"] for r in rs] == ["p0", "p0", "p1", "p1", "p2", "p2", "p3", "p3"]
+        assert [r["sample"] for r in rs] == [0, 1] * 4
+        assert {(r["step"], r["phase"]) for r in rs} == {(7, "final")}
+    assert [r["tokens"] for r in by["B>A", "final"]] == list(range(40, 48))
+    assert [r["tokens"] for r in by["B", "final"]] == list(range(100, 108))
+    assert list(rows[0]) == ["step", "phase", "order", "stage", "problem_id", "sample", "correct", "format_ok",
+                             "tokens", "status"]
+    # the rows hold the metrics: headline finals (equal-sized orders) and solo rows give the same numbers
+    head = [float(r["correct"]) for o in ("A>B", "B>A") for r in by[o, "final"]]
+    assert sum(head) / len(head) == pytest.approx(result.metrics["eval/accuracy"])
+    assert sum(r["correct"] for r in by["B", "final"]) / 8 == result.metrics["eval/solo_acc_B"]
+
+
+def test_eval_rows_of_drafts_only():
+    rows = _summary("grpo", "alternate", "hidden", step=0, phase="start").rows
+    assert [(r["order"], r["stage"]) for r in rows] == [("A", "final")] * 8
+    assert marks(rows) == "111000t0"
+    assert [r["tokens"] for r in rows] == list(range(100, 108))
+
+
+def test_summarise_is_pure():
+    """The same games give the same result twice, and the games come back unchanged (the trainer logs them)."""
+    plays, headline = pipelines("agon", "alternate")
+    games = {order_name(d, a): _game(order_name(d, a), "visible") for d, a in plays}
+    first, second = (summarise(games, headline, step=1, phase="train") for _ in range(2))
+    assert first.metrics == second.metrics and first.rows == second.rows
+    assert list(first.games) == ["A>B", "B>A"] and all(first.games[o] is games[o] for o in games)
+
+
+@pytest.mark.parametrize("method,exchange", [("agon", "visible"), ("agon", "hidden"), ("grpo", "visible")])
+def test_evaluate_on_a_tiny_model_is_summarise_of_its_games(policies, small_cfg, method, exchange):
+    """The real path: evaluate plays the method's pipelines, and its metrics are exactly summarise of those games."""
+    from agon.tasks import build_task
+
+    small_cfg.method.name, small_cfg.exchange.mode = method, exchange
+    task = build_task(small_cfg.task)
+    problems = list(task.heldout_problems())[: small_cfg.eval.n_problems]
+    result = evaluate(policies, task, small_cfg, problems, step=3, phase="train")
+    plays, headline = pipelines(method, small_cfg.rotation.mode)
+    assert list(result.games) == [order_name(d, a) for d, a in plays]
+    again = summarise(result.games, headline, step=3, phase="train")
+    assert result.metrics == again.metrics and result.rows == again.rows
+    n, k = len(problems), small_cfg.eval.samples
+    assert (result.metrics["eval/n_problems"], result.metrics["eval/samples"]) == (n, k) == (3, 2)
+    for order, game in result.games.items():
+        assert len(game.rounds) == n * k and game.group_size == k
+        assert [r.problem.id for r in game.rounds] == [p.id for p in problems for _ in range(k)]
+        for r in game.rounds:
+            if game.challenger is None and method == "grpo":
+                assert r.challenge is None
+                continue
+            # the second stage saw what training showed it: the recap (visible) or the plain prompt (hidden)
+            assert (r.challenge.prompt == r.draft.prompt) == (exchange == "hidden"), order
+    # and the headline is what the verdicts in those games say, counted here without summarise
+    finals = [[(r.challenge or r.draft).verdict.correct for r in result.games[o].rounds] for o in headline]
+    assert result.metrics["eval/accuracy"] == pytest.approx(sum(sum(f) / len(f) for f in finals) / len(finals))
+    assert not math.isnan(result.metrics["eval/final_trace_tokens"])
