@@ -11,6 +11,7 @@ The test world is built once per test session (about 20 s on two free cores) int
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,16 @@ SMALL_RUN = [
     "eval.samples=2",
     "progress=false",
 ]
+
+
+@pytest.fixture(autouse=True)
+def seeded():
+    """Every test starts from the same RNG state, so what it samples does not depend on which tests ran before it
+    (tools/mutation.py runs one file alone). ``AGON_TEST_SEED`` picks another state, to look for fragile tests."""
+    seed = int(os.environ.get("AGON_TEST_SEED", "0"))
+    torch.manual_seed(seed)
+    random.seed(seed)
+    return seed
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:

@@ -30,9 +30,10 @@ def test_rotation_schedule():
 
 @pytest.fixture
 def step_cfg(small_cfg):
-    """Four problems x four generations: enough rows that each role's rewards spread within some group."""
+    """Eight problems x four generations: enough rows that each role's rewards spread within some group (some
+    problems are always right or always wrong, so four problems sometimes gave one role no spread at all)."""
     t = small_cfg.trainer
-    t.prompts_per_step, t.num_generations, t.max_new_tokens, t.learning_rate = 4, 4, 32, 3e-3
+    t.prompts_per_step, t.num_generations, t.max_new_tokens, t.learning_rate = 8, 4, 32, 3e-3
     return small_cfg
 
 
