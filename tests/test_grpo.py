@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agon.grpo import LOSSES, clipped_surrogate, get_loss, group_advantages, kl_k3, policy_loss
+from agon.grpo import LOSSES, clipped_surrogate, get_loss, group_advantages, kl_k3, masked_mean, policy_loss
 
 
 def test_group_advantages_by_hand():
@@ -47,6 +47,22 @@ def test_clipped_surrogate_by_hand():
     # negative advantage: min(-r, -clip(r)) -> -1.5, -0.8, -1
     torch.testing.assert_close(neg.per_token_loss, torch.tensor([[1.5, 0.8, 1.0]]))
     assert neg.low_clipped.tolist() == [[False, True, False]]
+
+
+def test_a_zero_advantage_is_never_counted_as_clipped():
+    """Clipping changes nothing where the advantage is 0 (a group without spread), so it is not logged as clipped."""
+    logps = torch.log(torch.tensor([[1.5, 0.5]]))
+    terms = clipped_surrogate(logps, torch.zeros(1, 2), torch.tensor([0.0]), epsilon=0.2)
+    assert not terms.low_clipped.any() and not terms.high_clipped.any()
+    assert torch.equal(terms.per_token_loss, torch.zeros(1, 2))
+
+
+def test_masked_mean_by_hand():
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    assert masked_mean(x, mask) == pytest.approx((1 + 2 + 6) / 3)
+    assert masked_mean(x, torch.zeros_like(mask)) == 0.0
+    assert masked_mean(x, torch.tensor([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0]])) == 5.0
 
 
 def test_kl_k3_is_zero_at_equality_and_positive_elsewhere():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from agon.trainer import adapter_divergence
@@ -150,3 +151,31 @@ def test_adapters_round_trip_through_disk(policies, tmp_path):
     for name in ("A", "B"):
         for n, p in policies.lora_state(name).items():
             assert torch.equal(saved[name][n], p)
+
+
+def test_a_finished_completion_keeps_every_token_through_its_end_of_turn(policies):
+    """The token ids trained on are exactly what was sampled, up to and including the one end-of-turn token."""
+    finished = policies.sample([policies.render("2+4-3")] * 8, "A", max_new_tokens=32, temperature=1.0)
+    assert all(not c.truncated for c in finished)
+    for c in finished:
+        assert c.token_ids[-1] in policies.end_ids and not set(c.token_ids[:-1]) & policies.end_ids
+        assert policies.tokenizer.decode(c.token_ids[:-1]) == c.text
+        assert c.text.startswith("<think>") and c.text.endswith("}")
+    cut = policies.sample([policies.render("2+4-3")] * 4, "A", max_new_tokens=5, temperature=1.0)
+    assert all(c.truncated and c.n_tokens == 5 and not set(c.token_ids) & policies.end_ids for c in cut)
+
+
+def test_a_hub_model_loads_from_its_local_path_and_fails_clearly_without_one(tiny_base, tmp_path):
+    from agon.policies import ModelLoadError, load_base
+    from tests.conftest import TEST_WORLD, compose_config
+
+    _, (model, tok) = tiny_base
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    cfg = compose_config(TEST_WORLD + ["model=qwen3_0.6b", f"model.path={tmp_path}", "model.dtype=float32"])
+    loaded, _ = load_base(cfg.model, cfg.task, log=lambda *_: None)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), loaded.parameters(), strict=True))
+    cfg.model.path = None  # the hub name alone, and no hub here (HF_HUB_OFFLINE=1)
+    with pytest.raises(ModelLoadError, match=f"{cfg.model.name}.*model.path="):
+        load_base(cfg.model, cfg.task, log=lambda *_: None)
+

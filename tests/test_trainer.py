@@ -9,16 +9,17 @@ on updates that do nothing.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
 
-from agon.grpo import group_advantages, policy_loss
+from agon.grpo import group_advantages, masked_mean, policy_loss
 from agon.policies import Policies
 from agon.recorder import Recorder, read_jsonl
 from agon.rewards import compute_rewards
-from agon.tasks import build_task
-from agon.trainer import Trainer, TrainingError, roles
+from agon.tasks import Verdict, build_task
+from agon.trainer import Trainer, TrainingError, adapter_divergence, roles
 
 
 def test_rotation_schedule():
@@ -68,10 +69,47 @@ def test_one_step_moves_both_adapters_and_not_the_base(step_cfg, policies, tmp_p
         assert metrics[f"adapter/{a}/grad_norm"] > 0
     assert all(torch.equal(base[n], p) for n, p in _base_state(policies).items())
     assert metrics["train/drafter"] == "A" and trainer.state.step == 1
+    rows = step_cfg.trainer.prompts_per_step * step_cfg.trainer.num_generations
+    assert metrics["train/generated_tokens"] == trainer.state.generated_tokens == pytest.approx(
+        rows * (metrics["role/drafter/completion_tokens"] + metrics["role/challenger/completion_tokens"]))
     for key in ("role/drafter/accuracy", "role/challenger/reward/conversion", "train/divergence",
                 "role/challenger/clip_ratio/low", "time/step_s", "train/generated_tokens"):
         assert key in metrics, key
     assert read_jsonl(tmp_path / "metrics.jsonl")[-1]["train/step"] == 1
+
+
+def test_step_metrics_are_the_games_own_rates(step_cfg, policies, tmp_path):
+    """Accuracy, conversion, regression, lengths and rewards as logged equal their definitions on the game."""
+    from agon.rollout import play
+
+    trainer = _trainer(step_cfg, policies, tmp_path)
+    game = play(policies, trainer.task, step_cfg.model, trainer.next_problems(), drafter="A", challenger="B",
+                exchange="visible", group_size=4, sampling=trainer.sampling)
+    rr = compute_rewards(game.outcome(), step_cfg.reward)
+    m = trainer._metrics(game, {"drafter": rr.drafter, "challenger": rr.challenger}, game.outcome())
+    a = [float(r.draft.verdict.correct) for r in game.rounds]
+    b = [float(r.challenge.verdict.correct) for r in game.rounds]
+    assert 0 < sum(a) < len(a) and 0 < sum(b) < len(b)
+    after_wrong = [bi for ai, bi in zip(a, b) if not ai]
+    after_right = [1 - bi for ai, bi in zip(a, b) if ai]
+    assert m["train/conversion_rate"] == pytest.approx(sum(after_wrong) / len(after_wrong))
+    assert m["train/regression_rate"] == pytest.approx(sum(after_right) / len(after_right))
+    assert m["role/drafter/accuracy"] == pytest.approx(sum(a) / len(a))
+    assert m["train/accuracy"] == m["role/challenger/accuracy"] == pytest.approx(sum(b) / len(b))
+    tokens = [r.challenge.completion.n_tokens for r in game.rounds]
+    assert m["train/final_trace_tokens"] == m["role/challenger/completion_tokens"] == pytest.approx(
+        sum(tokens) / len(tokens))
+    assert m["role/challenger/reward/mean"] == pytest.approx(float(rr.challenger.total.mean()))
+    assert m["role/challenger/reward/conversion"] == pytest.approx(
+        float(rr.challenger.components["conversion"].mean()))
+    # a rate with no draft to condition on is null, not NaN: every draft right, then every draft wrong
+    for right in (True, False):
+        rounds = [replace(r, draft=replace(r.draft, verdict=Verdict(right, True, "ok" if right else "wrong")))
+                  for r in game.rounds]
+        same = replace(game, rounds=rounds)
+        rr = compute_rewards(same.outcome(), step_cfg.reward)
+        m = trainer._metrics(same, {"drafter": rr.drafter, "challenger": rr.challenger}, same.outcome())
+        assert (m["train/conversion_rate"] is None) is right and (m["train/regression_rate"] is None) is not right
 
 
 # cooperative with correct_weight 0 pays the drafter the challenger's correctness and the challenger nothing;
@@ -99,11 +137,12 @@ def test_each_roles_reward_moves_the_adapter_that_played_it_and_only_that_one(st
     assert not _moved(before[adapter_of[unpaid]], policies.lora_state(adapter_of[unpaid]))
 
 
-def reference_update(policies: Policies, game, rewards, t, optimizers) -> None:
+def reference_update(policies: Policies, game, rewards, t, optimizers) -> dict[str, float]:
     """One GRPO update written out plainly: whole batches (no micro-batches), old and reference log-probs taken
     before the first pass, both roles' losses summed into their adapters' gradients, then per adapter a clip and a
-    step. Built only from ``grpo``'s pure functions, which tests/test_grpo.py checks against TRL."""
-    prepared = []
+    step. Built only from ``grpo``'s pure functions, which tests/test_grpo.py checks against TRL. Returns each
+    role's loss, clip ratios and KL of the last pass, over the whole batch."""
+    prepared, stats = [], {}
     for role, adapter in (("drafter", game.drafter), ("challenger", game.challenger)):
         attempts = game.attempts(role)
         batch = policies.batch_tensors([a.prompt for a in attempts], [a.completion for a in attempts])
@@ -113,22 +152,28 @@ def reference_update(policies: Policies, game, rewards, t, optimizers) -> None:
                 old = policies.token_logps(batch, temperature=t.temperature)
             with policies.use_adapter(None):
                 ref = policies.token_logps(batch, temperature=t.temperature)
-        prepared.append((adapter, batch, adv, old, ref))
+        prepared.append((role, adapter, batch, adv, old, ref))
     for _ in range(t.num_iterations):
         for opt in optimizers.values():
             opt.zero_grad(set_to_none=True)
-        for adapter, batch, adv, old, ref in prepared:
+        for role, adapter, batch, adv, old, ref in prepared:
             mask = batch["completion_mask"].float()
             with policies.use_adapter(adapter):
                 logps = policies.token_logps(batch, temperature=t.temperature)
-            loss, _ = policy_loss(logps, old, adv, mask, loss_type=t.loss_type, epsilon=t.epsilon,
-                                  epsilon_high=t.epsilon_high, beta=t.beta, ref_logps=ref if t.beta else None,
-                                  use_bias_correction_kl=t.use_bias_correction_kl,
-                                  max_completion_length=t.max_new_tokens)
+            loss, terms = policy_loss(logps, old, adv, mask, loss_type=t.loss_type, epsilon=t.epsilon,
+                                      epsilon_high=t.epsilon_high, beta=t.beta, ref_logps=ref if t.beta else None,
+                                      use_bias_correction_kl=t.use_bias_correction_kl,
+                                      max_completion_length=t.max_new_tokens)
             loss.backward()
+            stats |= {f"role/{role}/loss": loss.item(),
+                      f"role/{role}/clip_ratio/low": masked_mean(terms.low_clipped.float(), mask),
+                      f"role/{role}/clip_ratio/high": masked_mean(terms.high_clipped.float(), mask)}
+            if t.beta:
+                stats[f"role/{role}/kl"] = masked_mean(terms.kl.detach(), mask)
         for name, opt in optimizers.items():
             torch.nn.utils.clip_grad_norm_(policies.parameters(name), t.max_grad_norm)
             opt.step()
+    return stats
 
 
 UPDATE_CASES = {
@@ -136,6 +181,7 @@ UPDATE_CASES = {
     "micro_batches": {"micro_batch_size": 4},
     "two_iterations": {"num_iterations": 2},
     "kl_to_the_base": {"beta": 0.1},
+    "kl_micro_batches_two_iterations": {"beta": 0.1, "micro_batch_size": 4, "num_iterations": 2},
     "grpo_loss_micro_batches": {"loss_type": "grpo", "micro_batch_size": 8},
     "dr_grpo_loss_epsilon_high": {"loss_type": "dr_grpo", "epsilon_high": 0.28, "num_iterations": 2},
     "self_refine": {"method": "self_refine"},
@@ -173,7 +219,7 @@ def test_the_update_equals_a_plain_reference(step_cfg, tiny_base, tmp_path, case
     stats = trainer.update(game, rewards)
     optimizers = {a: torch.optim.AdamW(twin.parameters(a), lr=t.learning_rate, weight_decay=t.weight_decay)
                   for a in adapters}
-    reference_update(twin, game, rewards, t, optimizers)
+    expected = reference_update(twin, game, rewards, t, optimizers)
 
     for a in adapters:
         assert stats[f"adapter/{a}/grad_norm"] > 2 * t.max_grad_norm, stats  # the clip must be active
@@ -187,8 +233,12 @@ def test_the_update_equals_a_plain_reference(step_cfg, tiny_base, tmp_path, case
         # entry (micro-batches sum in another order) moves the weight by a fraction of lr: compare at 1% of lr
         for (n, x), (_, y) in zip(ours.lora_state(a).items(), twin.lora_state(a).items()):
             torch.testing.assert_close(x, y, rtol=0, atol=1e-2 * t.learning_rate, msg=f"{case}: {n}")
-    if t.beta:
-        assert stats["role/drafter/kl"] >= 0 and "role/challenger/kl" in stats
+    # the logged loss, clip ratios and KL are the whole batch's, however it was split
+    assert set(expected) <= set(stats)
+    for key, value in expected.items():
+        assert stats[key] == pytest.approx(value, rel=1e-4, abs=1e-7), key
+    if t.num_iterations > 1:
+        assert any(expected[f"role/{r}/clip_ratio/{side}"] > 0 for r in rewards for side in ("low", "high"))
 
 
 def test_non_finite_gradients_skip_the_whole_update_and_then_abort(step_cfg, policies, tmp_path):
@@ -271,3 +321,19 @@ def test_k_steps_then_resume_then_k_more_equal_2k_straight_bitwise(step_cfg, tin
     steps = [r["train/step"] for r in read_jsonl(tmp_path / "resumed" / "metrics.jsonl")]
     assert steps == [1, 2, 3, 4]
 
+
+def test_divergence_is_zero_for_twins_and_one_for_opposites(policies):
+    """||dW_A - dW_B|| / (||dW_A|| + ||dW_B||) summed over modules: 0 for equal adapters, 1 for dW_B = -dW_A."""
+    policies.perturb("A", 1e-4, seed=1)  # small deltas: the ratio must not depend on their scale
+    a_weights = {n.replace(".A.weight", ""): p for n, p in policies.model.named_parameters()
+                 if "lora_" in n and n.endswith(".A.weight")}
+    with torch.no_grad():
+        for n, p in policies.model.named_parameters():
+            if "lora_" in n and n.endswith(".B.weight"):
+                p.copy_(a_weights[n.replace(".B.weight", "")])
+    assert adapter_divergence(policies) == pytest.approx(0.0, abs=1e-6)
+    with torch.no_grad():  # negate B's lora_B: dW_B = B_B A_B = -dW_A
+        for n, p in policies.model.named_parameters():
+            if "lora_B" in n and n.endswith(".B.weight"):
+                p.neg_()
+    assert adapter_divergence(policies) == pytest.approx(1.0, abs=1e-6)

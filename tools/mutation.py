@@ -200,6 +200,16 @@ def mutated_source(m: Mutant, source: str) -> str:
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
+def mutated_lines(m: Mutant, source: str) -> str:
+    """The changed line, before -> after (both sides unparsed, so only the mutation differs)."""
+    if m.site is None:
+        return f"{m.old} -> {m.new}"
+    before = ast.unparse(ast.parse(source)).splitlines()
+    after = mutated_source(m, source).splitlines()
+    changed = [(b.strip(), a.strip()) for b, a in zip(before, after) if a != b]
+    return "; ".join(f"{b} -> {a}" for b, a in changed) or "(no textual change)"
+
+
 def run_mutant(m: Mutant, scratch: Path, timeout: int) -> dict:
     original = (ROOT / m.file).read_text()
     (scratch / m.file).write_text(mutated_source(m, original))
@@ -217,8 +227,8 @@ def run_mutant(m: Mutant, scratch: Path, timeout: int) -> dict:
         status, tail, failed = "killed", ["timed out"], []
     finally:
         (scratch / m.file).write_text(original)
-    return {**asdict(m), "status": status, "seconds": round(time.time() - t0, 1), "summary": tail,
-            "caught_by": failed[:3]}
+    return {**asdict(m), "change": mutated_lines(m, original), "status": status,
+            "seconds": round(time.time() - t0, 1), "summary": tail, "caught_by": failed[:3]}
 
 
 def main() -> int:
@@ -237,13 +247,13 @@ def main() -> int:
     if args.operators:
         ops = operator_mutants()
         mutants = mutants + (random.Random(args.seed).sample(ops, min(args.sample, len(ops))) if args.sample else ops)
-    if args.only:
-        mutants = [m for m in mutants + operator_mutants() if m.id in set(args.only)]
+    if args.only:  # by id, from either kind
+        mutants = list({m.id: m for m in NAMED + operator_mutants() if m.id in set(args.only)}.values())
     for m in mutants:  # fail now, not an hour in, if a named patch no longer applies
         mutated_source(m, (ROOT / m.file).read_text())
     if args.list:
         for m in mutants:
-            print(f"{m.id:32} {m.file:20} {m.description}")
+            print(f"{m.id:32} {m.file:20} {mutated_lines(m, (ROOT / m.file).read_text())}")
         print(f"{len(mutants)} mutants")
         return 0
 
@@ -263,7 +273,7 @@ def main() -> int:
     survivors = [r for r in results if r["status"] == "survived"]
     print(f"{len(results)} mutants, {len(results) - len(survivors)} killed, {len(survivors)} survived")
     for r in survivors:
-        print(f"  survived {r['id']}: {r['file']}:{r['line'] or ''} {r['description']}")
+        print(f"  survived {r['id']}: {r['file']}:{r['line'] or ''} {r['change']}")
     return 0
 
 
