@@ -160,7 +160,7 @@ class Trainer:
                         total += loss.item()
                         clip_lo += masked_mean(terms.low_clipped.float(), mask[sl]) * share
                         clip_hi += masked_mean(terms.high_clipped.float(), mask[sl]) * share
-                        kl += masked_mean(terms.kl, mask[sl]) * share if terms.kl is not None else 0.0
+                        kl += masked_mean(terms.kl.detach(), mask[sl]) * share if terms.kl is not None else 0.0
                 stats |= {f"role/{role}/loss": total, f"role/{role}/clip_ratio/low": clip_lo,
                           f"role/{role}/clip_ratio/high": clip_hi}
                 if t.beta != 0:
