@@ -35,7 +35,8 @@ def test_a_visible_challenger_reads_exactly_its_drafters_recap(small_cfg, polici
     assert len(nonempty) >= len(game.rounds) // 2, "the test world should give most drafts a recap"
     for r in game.rounds:
         assert r.recap == task.recap(r.draft.completion.text)
-        assert r.challenge.prompt == render(policies, task, small_cfg.model, task.challenge_message(r.problem, r.recap))
+        challenge = task.challenge_message(r.problem, r.recap)
+        assert r.challenge.prompt == render(policies, task, small_cfg.model, challenge)
         if r.recap:
             # the recap is there, verbatim, after the problem; the reasoning block and the boxed answer are not
             assert r.challenge.prompt.count(f"|{r.recap}") == 1

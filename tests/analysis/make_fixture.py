@@ -63,7 +63,8 @@ SPECS = {
         "start": {"A": (None, [0, 0, 1, 0], [60] * 4)},
     },
     # crashed after two steps: metrics only, no eval rows, no summary.json
-    "11-00-00/1_method=self_refine": {"method": "self_refine", "reward": "competitive", "exchange": "visible", "seed": 0},
+    "11-00-00/1_method=self_refine": {"method": "self_refine", "reward": "competitive", "exchange": "visible",
+                                      "seed": 0},
 }
 # fmt: on
 
