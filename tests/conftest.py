@@ -81,6 +81,11 @@ def seeded():
     return seed
 
 
+def base_state(policies) -> dict:
+    """A copy of every base (non-LoRA) weight, to check that training never touches them."""
+    return {n: p.detach().clone() for n, p in policies.model.named_parameters() if "lora_" not in n}
+
+
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides or []))

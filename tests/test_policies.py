@@ -6,10 +6,7 @@ import pytest
 import torch
 
 from agon.trainer import adapter_divergence
-
-
-def _base_state(policies):
-    return {n: p.detach().clone() for n, p in policies.model.named_parameters() if "lora_" not in n}
+from tests.conftest import base_state
 
 
 def test_use_adapter_restores_the_previous_adapter(policies):
@@ -81,7 +78,7 @@ def test_init_modes_at_step_zero_as_a_run_builds_them(tiny_base):
 
 def test_update_of_one_adapter_leaves_the_other_and_the_base_bitwise_unchanged(policies):
     policies.perturb("B", 0.02, seed=0)
-    base, b_before, a_before = _base_state(policies), policies.lora_state("B"), policies.lora_state("A")
+    base, b_before, a_before = base_state(policies), policies.lora_state("B"), policies.lora_state("A")
     opt = torch.optim.AdamW(policies.parameters("A"), lr=1e-2)
     batch = policies.tokenizer(["<|im_start|>u1+2<|im_end|><|im_start|>a<think>1+2=3"], return_tensors="pt")
     with policies.use_adapter("A"):
@@ -90,7 +87,7 @@ def test_update_of_one_adapter_leaves_the_other_and_the_base_bitwise_unchanged(p
     opt.step()
     assert any(not torch.equal(a_before[n], p) for n, p in policies.lora_state("A").items())
     assert all(torch.equal(b_before[n], p) for n, p in policies.lora_state("B").items())
-    assert all(torch.equal(base[n], p) for n, p in _base_state(policies).items())
+    assert all(torch.equal(base[n], p) for n, p in base_state(policies).items())
 
 
 def test_sampling_uses_the_updated_adapter(policies):

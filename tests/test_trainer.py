@@ -20,6 +20,7 @@ from agon.recorder import Recorder, read_jsonl
 from agon.rewards import compute_rewards
 from agon.tasks import Verdict, build_task
 from agon.trainer import Trainer, TrainingError, adapter_divergence, roles
+from tests.conftest import base_state
 
 
 def test_rotation_schedule():
@@ -54,20 +55,16 @@ def _moved(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> b
     return any(not torch.equal(before[n], p) for n, p in after.items())
 
 
-def _base_state(policies):
-    return {n: p.detach().clone() for n, p in policies.model.named_parameters() if "lora_" not in n}
-
-
 def test_one_step_moves_both_adapters_and_not_the_base(step_cfg, policies, tmp_path):
     trainer = _trainer(step_cfg, policies, tmp_path)
-    base, before = _base_state(policies), {a: policies.lora_state(a) for a in ("A", "B")}
+    base, before = base_state(policies), {a: policies.lora_state(a) for a in ("A", "B")}
     metrics = trainer.step()
     for role in ("drafter", "challenger"):
         assert metrics[f"role/{role}/frac_reward_zero_std"] < 1, f"no {role} group had a reward spread"
     for a in ("A", "B"):
         assert _moved(before[a], policies.lora_state(a)), f"adapter {a} did not move"
         assert metrics[f"adapter/{a}/grad_norm"] > 0
-    assert all(torch.equal(base[n], p) for n, p in _base_state(policies).items())
+    assert all(torch.equal(base[n], p) for n, p in base_state(policies).items())
     assert metrics["train/drafter"] == "A" and trainer.state.step == 1
     rows = step_cfg.trainer.prompts_per_step * step_cfg.trainer.num_generations
     assert metrics["train/generated_tokens"] == trainer.state.generated_tokens == pytest.approx(

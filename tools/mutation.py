@@ -214,8 +214,7 @@ def mutated_lines(m: Mutant, source: str) -> str:
 def run_mutant(m: Mutant, scratch: Path, timeout: int) -> dict:
     original = (ROOT / m.file).read_text()
     (scratch / m.file).write_text(mutated_source(m, original))
-    env = {**os.environ, "PYTHONPATH": str(scratch), "AGON_TEST_CACHE": os.environ["AGON_TEST_CACHE"],
-           "WANDB_MODE": "disabled"}
+    env = {**os.environ, "PYTHONPATH": str(scratch), "WANDB_MODE": "disabled"}  # AGON_TEST_CACHE set in main
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not gpu",
            *TESTS[m.file]]
     t0 = time.time()
