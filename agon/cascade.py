@@ -72,7 +72,7 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
              phase: str) -> EvalResult:
     """Play every pipeline of ``cfg.method`` on ``problems`` x ``cfg.eval.samples``; metrics and eval.jsonl rows."""
     e = cfg.eval
-    sampling = Sampling.from_config(e, e.batch_size)
+    sampling = Sampling.from_config(e)
     plays, headline = pipelines(cfg.method.name, cfg.rotation.mode)
     games = {order_name(drafter, answerer): play(policies, task, cfg.model, problems, drafter=drafter,
                                                  challenger=answerer, exchange=cfg.exchange.mode,

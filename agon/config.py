@@ -210,8 +210,14 @@ class TrainerConfig:
     num_generations: int = 8
     # problems per step
     prompts_per_step: int = 16
-    # sequences per forward/backward pass; null means the whole batch
+    # at most this many sequences per forward/backward pass; null: only scoring_batch_tokens bounds it
     micro_batch_size: Optional[int] = None
+    # most tokens in one forward/backward pass: rows x (widest prompt + widest completion) of the micro-batch
+    scoring_batch_tokens: int = 65_536
+    # most tokens in one generate call: rows x (widest prompt + max_new_tokens), the KV cache it holds
+    generation_batch_tokens: int = 262_144
+    # tokens whose logits (vocabulary wide, float32) are held at once when scoring
+    logit_chunk_tokens: int = 1024
     max_new_tokens: int = 72
     temperature: float = II("model.temperature")
     top_p: float = II("model.top_p")
@@ -239,6 +245,12 @@ class TrainerConfig:
     resume: bool = False
     # bad (non-finite) steps tolerated in a row before the run aborts
     max_bad_steps: int = 3
+    # say the run is not learning after this many steps in a row of ...
+    warn_after_steps: int = 3
+    # ... at least this share of zero-spread groups in every role, or ...
+    warn_zero_std_ratio: float = 0.9
+    # ... at least this share of completions cut at max_new_tokens in a role
+    warn_truncated_ratio: float = 0.9
 
 
 @dataclass
@@ -253,8 +265,8 @@ class EvalConfig:
     temperature: float = II("trainer.temperature")
     top_p: float = II("trainer.top_p")
     top_k: int = II("trainer.top_k")
-    # sequences generated in one call
-    batch_size: int = 512
+    # most tokens in one generate call (rows x (prompt + max_new_tokens))
+    generation_batch_tokens: int = II("trainer.generation_batch_tokens")
     # evaluate before training (eval/accuracy_at_start)
     at_start: bool = True
 
@@ -382,18 +394,22 @@ def validate(cfg: DictConfig) -> None:
         ("trainer.num_iterations", t.num_iterations),
         ("eval.n_problems", e.n_problems),
         ("eval.samples", e.samples),
-        ("eval.batch_size", e.batch_size),
+        ("trainer.scoring_batch_tokens", t.scoring_batch_tokens),
+        ("trainer.generation_batch_tokens", t.generation_batch_tokens),
+        ("trainer.logit_chunk_tokens", t.logit_chunk_tokens),
+        ("eval.generation_batch_tokens", e.generation_batch_tokens),
+        ("eval.max_new_tokens", e.max_new_tokens),
         ("model.lora.rank", cfg.model.lora.rank),
     ):
         if value < (0 if key == "trainer.max_steps" else 1):
             raise ConfigError(f"{key}={value} must be positive")
-    batch = t.prompts_per_step * t.num_generations
-    if t.micro_batch_size is not None:
-        if t.micro_batch_size < 1 or batch % t.micro_batch_size:
-            raise ConfigError(
-                f"trainer.micro_batch_size={t.micro_batch_size} must divide the batch "
-                f"trainer.prompts_per_step*trainer.num_generations={batch}"
-            )
+    if t.micro_batch_size is not None and t.micro_batch_size < 1:
+        raise ConfigError(f"trainer.micro_batch_size={t.micro_batch_size} must be positive (or null)")
+    for key, budget, new in (("trainer.generation_batch_tokens", t.generation_batch_tokens, t.max_new_tokens),
+                             ("eval.generation_batch_tokens", e.generation_batch_tokens, e.max_new_tokens)):
+        if budget < new:
+            raise ConfigError(f"{key}={budget} cannot hold one completion of {key.split('.')[0]}.max_new_tokens="
+                              f"{new}; raise it to at least a few times that")
     if t.temperature <= 0:
         raise ConfigError(f"trainer.temperature={t.temperature} must be > 0 (sampling is required for GRPO groups)")
     if e.temperature <= 0:

@@ -41,7 +41,7 @@ def crossplay(policies, task, cfg, problems, names: list[str | None]) -> dict[tu
     from agon.rollout import Sampling, play
 
     e = cfg.eval
-    sampling = Sampling.from_config(e, e.batch_size)
+    sampling = Sampling.from_config(e)
     matrix = {}
     for drafter in names:
         for answerer in names:

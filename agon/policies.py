@@ -6,9 +6,16 @@ PEFT's ``set_adapter`` turns ``requires_grad`` off for every other adapter; Agon
 so this module keeps every LoRA weight trainable and the base frozen itself, and each adapter has its own optimizer.
 The base weights never change: only LoRA parameters are ever given to an optimizer.
 
-``sample`` renders chat prompts, generates with the KV cache (``model.generate``) in batches, and cuts each
-completion after its first end-of-turn token. ``token_logps`` recomputes per-token log-probabilities with the same
-position ids generation used (left padding counted out).
+``sample`` renders chat prompts, generates with the KV cache (``model.generate``) and cuts each completion after its
+first end-of-turn token. ``token_logps`` recomputes per-token log-probabilities with the same position ids
+generation used (left padding counted out), from the decoder's hidden states through ``scoring.selective_logps``,
+so no ``[b, T, V]`` tensor is ever built.
+
+Work is bounded by tokens, not rows: ``token_batches`` cuts a batch into contiguous slices whose rows times padded
+width stay within a budget (a generation call holds prompt plus ``max_new_tokens`` per row in its KV cache; a
+scoring call holds prompt plus completion). At 8k-token traces that is a handful of rows per call; on the offline
+world the whole batch fits in one. A row whose prompt leaves less than ``max_new_tokens`` of the model's context is
+sampled alone with the room left, and one with no room is not sampled at all; both are marked ``context_limited``.
 
 Left out on purpose: vLLM and multi-process sharding (``accelerate``); the same interface is the place to add them.
 """
@@ -16,11 +23,15 @@ Left out on purpose: vLLM and multi-process sharding (``accelerate``); the same 
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
+
+from agon.scoring import selective_logps
+from agon.tasks.text import THINK_OPEN
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -31,15 +42,68 @@ class ModelLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class Completion:
+    # the assistant's turn as the verifier reads it: the part the chat template already wrote into the prompt
+    # (Qwen3 with thinking off: an empty "<think>\n\n</think>\n\n") followed by the decoded completion
     text: str
     # completion token ids, up to and including the end-of-turn token when one was produced
     token_ids: tuple[int, ...]
-    # True when generation hit max_new_tokens before the end-of-turn token
+    # True when generation hit its token limit before the end-of-turn token
     truncated: bool
+    # True when the model's context, not max_new_tokens, set the limit (empty when the prompt alone filled it)
+    context_limited: bool = False
 
     @property
     def n_tokens(self) -> int:
         return len(self.token_ids)
+
+
+def render_chat(tokenizer: Any, user: str, system: str | None = None, enable_thinking: bool = True) -> str:
+    """The chat prompt for one user message (and an optional system message), ready for the assistant's turn."""
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=enable_thinking)
+
+
+def token_batches(widths: Sequence[tuple[int, int]], budget: int, max_rows: int | None = None) -> list[slice]:
+    """Contiguous slices of rows, each within ``budget`` tokens: rows x (widest first part + widest second part).
+
+    ``widths[i]`` is row i's (prompt, completion) length; padding makes every row of a slice as wide as its widest
+    prompt plus its widest completion. A row wider than the budget still gets a slice of its own.
+    """
+    out, start, first, second = [], 0, 0, 0
+    for i, (a, b) in enumerate(widths):
+        wa, wb = max(first, a), max(second, b)
+        rows = i - start + 1
+        if rows > 1 and (rows * (wa + wb) > budget or (max_rows is not None and rows > max_rows)):
+            out.append(slice(start, i))
+            start, wa, wb = i, a, b
+        first, second = wa, wb
+    if widths:
+        out.append(slice(start, len(widths)))
+    return out
+
+
+def _load_error(source: str, model_cfg: Any, exc: Exception) -> ModelLoadError:
+    return ModelLoadError(
+        f"could not load model {source!r}: not reachable on the hub and not in the local cache ({exc}). "
+        f"Download it where there is network (e.g. `hf download {model_cfg.name} --local-dir DIR`) and pass "
+        f"model.path=DIR.")
+
+
+def load_tokenizer(model_cfg: Any) -> tuple[Any, int | None]:
+    """(tokenizer, context length in positions) without loading weights, for checks before the model loads."""
+    if model_cfg.name == "tiny" and not model_cfg.path:
+        from agon.world import build_tokenizer
+
+        return build_tokenizer(), model_cfg.tiny.max_position
+    from transformers import AutoConfig, AutoTokenizer
+
+    source = model_cfg.path or model_cfg.name
+    try:
+        return (AutoTokenizer.from_pretrained(source),
+                getattr(AutoConfig.from_pretrained(source), "max_position_embeddings", None))
+    except OSError as exc:
+        raise _load_error(source, model_cfg, exc) from None
 
 
 def load_base(model_cfg: Any, task_cfg: Any = None, log=print):
@@ -56,11 +120,7 @@ def load_base(model_cfg: Any, task_cfg: Any = None, log=print):
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[model_cfg.dtype])
     except OSError as exc:
-        raise ModelLoadError(
-            f"could not load model {source!r}: not reachable on the hub and not in the local cache ({exc}). "
-            f"Download it where there is network (e.g. `hf download {model_cfg.name} --local-dir DIR`) and pass "
-            f"model.path=DIR."
-        ) from None
+        raise _load_error(source, model_cfg, exc) from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -106,6 +166,8 @@ class Policies:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             self.model.enable_input_require_grads()
         self._activate(self.adapters[0])
+        # the longest sequence the model has positions for (prompt plus completion)
+        self.context: int | None = getattr(self.model.config, "max_position_embeddings", None)
         self.end_ids = {tokenizer.eos_token_id}
         im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
         if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
@@ -181,10 +243,7 @@ class Policies:
     # -- prompts and sampling ------------------------------------------------------------------------------------
 
     def render(self, user: str, system: str | None = None, enable_thinking: bool = True) -> str:
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
-        )
+        return render_chat(self.tokenizer, user, system, enable_thinking)
 
     def _cut(self, ids: list[int]) -> tuple[tuple[int, ...], bool]:
         for i, t in enumerate(ids):
@@ -205,35 +264,69 @@ class Policies:
         temperature: float,
         top_p: float = 1.0,
         top_k: int = 0,
-        batch_size: int = 512,
+        batch_tokens: int = 262_144,
     ) -> list[Completion]:
-        """One completion per prompt (repeat prompts for a group), sampled with ``adapter`` active."""
-        out: list[Completion] = []
+        """One completion per prompt (repeat prompts for a group), sampled with ``adapter`` active.
+
+        Each ``generate`` call holds at most ``batch_tokens`` tokens (rows x (prompt + max_new_tokens)).
+        """
+        lengths = [len(x) for x in self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
+        room = [max_new_tokens if self.context is None else min(max_new_tokens, self.context - n) for n in lengths]
+        out: list[Completion | None] = [None] * len(prompts)
+        fits = [i for i, r in enumerate(room) if r == max_new_tokens]
         was_training = self.model.training
         self.model.eval()
         with self.use_adapter(adapter):
-            for start in range(0, len(prompts), batch_size):
-                chunk = list(prompts[start : start + batch_size])
-                enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-                enc = {k: v.to(self.device) for k, v in enc.items()}
-                gen = self.model.generate(
-                    **enc,
-                    do_sample=True,
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                    top_k=top_k,  # 0 disables top-k (None would fall back to the model's default of 50)
-                    pad_token_id=self.tokenizer.pad_token_id,
-                    eos_token_id=sorted(self.end_ids),
-                )
-                width = enc["input_ids"].shape[1]
-                for row in gen[:, width:].tolist():
-                    ids, truncated = self._cut(row)
-                    text = self.tokenizer.decode(ids, skip_special_tokens=False)
-                    for end in self.end_ids:  # the end-of-turn token is not part of the answer text
-                        text = text.replace(self.tokenizer.convert_ids_to_tokens(end), "")
-                    out.append(Completion(text=text, token_ids=ids, truncated=truncated))
+            for part in token_batches([(lengths[i], max_new_tokens) for i in fits], batch_tokens):
+                rows = fits[part]
+                for i, c in zip(rows, self._generate([prompts[i] for i in rows], max_new_tokens, temperature,
+                                                     top_p, top_k)):
+                    out[i] = c
+            for i, r in enumerate(room):  # prompts too close to the end of the context: alone, with the room left
+                if r == max_new_tokens:
+                    continue
+                c = self._generate([prompts[i]], r, temperature, top_p, top_k)[0] if r > 0 else None
+                out[i] = Completion(c.text if c else "", c.token_ids if c else (), c.truncated if c else True,
+                                    context_limited=True)
         self.model.train(was_training)
+        return out  # type: ignore[return-value]
+
+    @functools.cached_property
+    def _turn_openings(self) -> tuple[str, ...]:
+        """Openings of the assistant's turn that the chat template writes into the prompt, from ``<think>`` on
+        (Qwen3 with thinking off closes an empty block there; some templates open one). Longest first."""
+        found = set()
+        for thinking in (True, False):
+            user = [{"role": "user", "content": "x"}]
+            closed = self.tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=False,
+                                                        enable_thinking=thinking)
+            suffix = render_chat(self.tokenizer, "x", None, thinking)[len(closed):]
+            if THINK_OPEN in suffix:
+                found.add(suffix[suffix.index(THINK_OPEN):])
+        return tuple(sorted(found, key=len, reverse=True))
+
+    def _generate(self, prompts: list[str], max_new_tokens: int, temperature: float, top_p: float,
+                  top_k: int) -> list[Completion]:
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        gen = self.model.generate(
+            **enc,
+            do_sample=True,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,  # 0 disables top-k (None would fall back to the model's default of 50)
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=sorted(self.end_ids),
+        )
+        out = []
+        for prompt, row in zip(prompts, gen[:, enc["input_ids"].shape[1]:].tolist()):
+            ids, truncated = self._cut(row)
+            text = self.tokenizer.decode(ids, skip_special_tokens=False)
+            for end in self.end_ids:  # the end-of-turn token is not part of the answer text
+                text = text.replace(self.tokenizer.convert_ids_to_tokens(end), "")
+            opening = next((o for o in self._turn_openings if prompt.endswith(o)), "")
+            out.append(Completion(text=opening + text, token_ids=ids, truncated=truncated))
         return out
 
     @property
@@ -254,17 +347,36 @@ class Policies:
         return {"prompt_ids": enc["input_ids"], "prompt_mask": enc["attention_mask"],
                 "completion_ids": ids, "completion_mask": mask}
 
+    def _decoder_and_head(self):
+        """The base's decoder stack (final norm included) and its output head, run apart so that the head sees a
+        chunk of tokens at a time. LoRA layers inside the decoder still apply, as does ``disable_adapter``."""
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        head = base.get_output_embeddings()
+        cap = getattr(base.config, "final_logit_softcapping", None)  # Gemma-style models squash their logits
+        return base.get_decoder(), (lambda h: torch.tanh(head(h) / cap) * cap) if cap else head
+
     def token_logps(self, batch: dict[str, torch.Tensor], rows: slice | None = None,
-                    temperature: float = 1.0) -> torch.Tensor:
-        """Log-probabilities of the completion tokens under the active adapter, [b, T] for the selected rows, from
-        logits divided by the sampling temperature (as TRL does), so they are the sampler's probabilities."""
+                    temperature: float = 1.0, chunk_tokens: int = 1024) -> torch.Tensor:
+        """Log-probabilities of the completion tokens under the active adapter, [b, T] for the selected rows (0 on
+        padding), from logits divided by the sampling temperature (as TRL does), so they are the sampler's
+        probabilities. The selected rows are cut to their own widest prompt and completion first, so a micro-batch
+        of short completions pays for its own length; the output head sees ``chunk_tokens`` tokens at a time."""
         rows = rows or slice(None)
         p_ids, p_mask = batch["prompt_ids"][rows], batch["prompt_mask"][rows]
         c_ids, c_mask = batch["completion_ids"][rows], batch["completion_mask"][rows]
+        full_width = c_ids.size(1)
+        first = int(p_mask.any(0).int().argmax())  # columns before it are left padding in every row
+        width = max(1, int(c_mask.sum(1).max()))
+        p_ids, p_mask, c_ids, c_mask = p_ids[:, first:], p_mask[:, first:], c_ids[:, :width], c_mask[:, :width]
         ids = torch.cat([p_ids, c_ids], dim=1).to(self.device)
         attn = torch.cat([p_mask, c_mask], dim=1).to(self.device)
         # generation numbers positions from the first real token; do the same so the ratio starts at exactly 1
         position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
-        logits = self.model(input_ids=ids, attention_mask=attn, position_ids=position_ids).logits
-        logits = logits[:, p_ids.shape[1] - 1 : -1].float() / temperature  # [b, T, V]
-        return torch.log_softmax(logits, dim=-1).gather(-1, c_ids.to(self.device).unsqueeze(-1)).squeeze(-1)
+        decoder, head = self._decoder_and_head()
+        hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids).last_hidden_state
+        hidden = hidden[:, p_ids.size(1) - 1 : -1]  # [b, width, H]: the states that predict the completion tokens
+        scored = c_mask.bool().to(self.device)
+        values = selective_logps(hidden[scored], c_ids.to(self.device)[scored], head, temperature,
+                                 chunk_tokens)
+        out = torch.zeros(scored.shape, dtype=torch.float32, device=self.device).masked_scatter(scored, values)
+        return torch.nn.functional.pad(out, (0, full_width - width))

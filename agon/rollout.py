@@ -27,12 +27,14 @@ class Sampling:
     temperature: float
     top_p: float = 1.0
     top_k: int = 0
-    batch_size: int = 512
+    # most tokens one generate call holds: rows x (prompt + max_new_tokens)
+    batch_tokens: int = 262_144
 
     @classmethod
-    def from_config(cls, node: Any, batch_size: int) -> "Sampling":
-        """From a config node with max_new_tokens, temperature, top_p and top_k (``trainer`` or ``eval``)."""
-        return cls(node.max_new_tokens, node.temperature, node.top_p, node.top_k, batch_size)
+    def from_config(cls, node: Any) -> "Sampling":
+        """From a config node with max_new_tokens, temperature, top_p, top_k and generation_batch_tokens
+        (``trainer`` or ``eval``)."""
+        return cls(node.max_new_tokens, node.temperature, node.top_p, node.top_k, node.generation_batch_tokens)
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def _attempts(policies: Policies, task: Task, adapter: str | None, problems: Seq
               prompts: Sequence[str], sampling: Sampling) -> list[Attempt]:
     completions = policies.sample(prompts, adapter, max_new_tokens=sampling.max_new_tokens,
                                   temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                                  batch_size=sampling.batch_size)
+                                  batch_tokens=sampling.batch_tokens)
     verdicts = task.verify(problems, [c.text for c in completions])
     return [Attempt(p, c, v) for p, c, v in zip(prompts, completions, verdicts, strict=True)]
 

@@ -63,12 +63,14 @@ def _overrides() -> str:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; returns the summary written to ``summary.json``."""
-    from agon.policies import build_policies, load_base
+    from agon.policies import build_policies, load_base, load_tokenizer
+    from agon.preflight import check_context, check_sources
     from agon.recorder import Recorder, build_logger
     from agon.tasks import build_task
     from agon.trainer import Trainer
 
     validate(cfg)
+    check_sources(cfg)
     t0 = time.time()
     run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -77,6 +79,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     task, exit_code = None, 1
     try:
         task = build_task(cfg.task)
+        check_context(cfg, task, *load_tokenizer(cfg.model))
         model, tokenizer = load_base(cfg.model, cfg.task)
         policies = build_policies(cfg, model, tokenizer)
         trainer = Trainer(cfg, policies, task, recorder, run_dir)
@@ -96,6 +99,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "train/steps": trainer.state.step,
             "train/generated_tokens": trainer.state.generated_tokens,
             "train/verifier_failures": trainer.state.verifier_failures,
+            "train/warnings": trainer.state.warnings,
             "time/train_s": trainer.state.train_seconds,
             "time/total_s": time.time() - t0,
             "method": cfg.method.name, "reward": cfg.reward.name, "exchange": cfg.exchange.mode,

@@ -23,7 +23,7 @@ import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,7 +31,8 @@ import torch
 
 from agon.cascade import EvalResult, evaluate
 from agon.grpo import group_advantages, masked_mean, policy_loss
-from agon.policies import Policies
+from agon.health import LearningWatch
+from agon.policies import Policies, token_batches
 from agon.recorder import Recorder
 from agon.rewards import RoleRewards, compute_rewards
 from agon.rollout import Attempt, Game, Sampling, play
@@ -51,6 +52,8 @@ class TrainState:
     bad_steps: int = 0
     verifier_failures: int = 0
     train_seconds: float = 0.0
+    # what LearningWatch reported (kept across a resume, written to summary.json)
+    warnings: list[str] = field(default_factory=list)
 
 
 def roles(method: str, rotation: str, step: int) -> tuple[str, str | bool]:
@@ -93,7 +96,9 @@ class Trainer:
                                     weight_decay=self.t.weight_decay)
             for name in policies.adapters
         }
-        self.sampling = Sampling.from_config(self.t, cfg.eval.batch_size)
+        self.sampling = Sampling.from_config(self.t)
+        self.watch = LearningWatch(self.t.warn_after_steps, self.t.warn_zero_std_ratio, self.t.warn_truncated_ratio,
+                                   self.t.max_new_tokens, self.t.num_generations, cfg.task.name)
 
     # -- data ----------------------------------------------------------------------------------------------------
 
@@ -118,13 +123,17 @@ class Trainer:
     def _role_batch(self, attempts: list[Attempt]) -> dict[str, torch.Tensor]:
         return self.policies.batch_tensors([a.prompt for a in attempts], [a.completion for a in attempts])
 
-    def _logps(self, adapter: str | None, batch: dict[str, torch.Tensor], grad: bool) -> list[torch.Tensor]:
+    def _micro_batches(self, batch: dict[str, torch.Tensor]) -> list[slice]:
+        """Slices of at most ``scoring_batch_tokens`` tokens (and ``micro_batch_size`` rows, when set)."""
+        widths = zip(batch["prompt_mask"].sum(1).tolist(), batch["completion_mask"].sum(1).tolist())
+        return token_batches(list(widths), self.t.scoring_batch_tokens, self.t.micro_batch_size)
+
+    def _logps(self, adapter: str | None, batch: dict[str, torch.Tensor], parts: list[slice],
+               grad: bool) -> list[torch.Tensor]:
         """Per micro-batch log-probs [mb, T] under ``adapter``."""
-        rows = batch["completion_ids"].size(0)
-        mb = self.t.micro_batch_size or rows
         with torch.set_grad_enabled(grad), self.policies.use_adapter(adapter):
-            return [self.policies.token_logps(batch, slice(s, s + mb), self.t.temperature)
-                    for s in range(0, rows, mb)]
+            return [self.policies.token_logps(batch, part, self.t.temperature, self.t.logit_chunk_tokens)
+                    for part in parts]
 
     def update(self, game: Game, rewards: dict[str, RoleRewards]) -> dict[str, float]:
         """GRPO on every role of ``game``; returns per-role and per-adapter statistics."""
@@ -135,20 +144,20 @@ class Trainer:
             adv = group_advantages(rewards[role].total, game.group_size, t.scale_rewards, t.adv_eps)
             batch = self._role_batch(game.attempts(role))
             mask = batch["completion_mask"].float()
-            old = self._logps(adapter, batch, grad=False) if t.num_iterations > 1 else None
-            ref = self._logps(None, batch, grad=False) if t.beta != 0 else None
-            prepared[role] = (adapter, adv, batch, mask, old, ref)
+            parts = self._micro_batches(batch)
+            old = self._logps(adapter, batch, parts, grad=False) if t.num_iterations > 1 else None
+            ref = self._logps(None, batch, parts, grad=False) if t.beta != 0 else None
+            prepared[role] = (adapter, adv, batch, mask, parts, old, ref)
             stats[f"role/{role}/frac_reward_zero_std"] = float(adv.zero_std.float().mean())
         for _ in range(t.num_iterations):
             for opt in self.optimizers.values():
                 opt.zero_grad(set_to_none=True)
-            for role, (adapter, adv, batch, mask, old, ref) in prepared.items():
-                rows, mb = mask.size(0), t.micro_batch_size or mask.size(0)
+            for role, (adapter, adv, batch, mask, parts, old, ref) in prepared.items():
+                rows = mask.size(0)
                 total, clip_lo, clip_hi, kl = 0.0, 0.0, 0.0, 0.0
                 with self.policies.use_adapter(adapter):
-                    for k, s in enumerate(range(0, rows, mb)):
-                        sl = slice(s, s + mb)
-                        logps = self.policies.token_logps(batch, sl, t.temperature)
+                    for k, sl in enumerate(parts):
+                        logps = self.policies.token_logps(batch, sl, t.temperature, t.logit_chunk_tokens)
                         loss, terms = policy_loss(
                             logps, old[k] if old else logps.detach(), adv.advantages[sl], mask[sl],
                             loss_type=t.loss_type, epsilon=t.epsilon, epsilon_high=t.epsilon_high, beta=t.beta,
@@ -221,6 +230,7 @@ class Trainer:
                 m[f"role/{role}/reward/{name}"] = float(torch.nanmean(comp))
             m[f"role/{role}/completion_tokens"] = sum(a.completion.n_tokens for a in attempts) / len(attempts)
             m[f"role/{role}/truncated_ratio"] = sum(a.completion.truncated for a in attempts) / len(attempts)
+            m[f"role/{role}/context_limited"] = sum(a.completion.context_limited for a in attempts)
             failures = sum(a.verdict.failed for a in attempts)
             m[f"role/{role}/verifier_failures"] = failures
             self.state.verifier_failures += failures
@@ -276,12 +286,18 @@ class Trainer:
 
         bar = tqdm(total=self.t.max_steps, initial=self.state.step, disable=not progress, desc="train",
                    dynamic_ncols=True)
+        warned: list[str] = []
         while self.state.step < self.t.max_steps:
             m = self.step()
+            for cause, message in self.watch.observe(m, self.state.step):
+                warned.append(cause)
+                self.state.warnings.append(message)
+                bar.write(message) if progress else self.log(message)
             bar.update(1)
             bar.set_postfix(reward=f"{m['role/drafter/reward/mean']:.2f}", acc=f"{m['train/accuracy']:.2f}",
-                            tok_s=f"{m['time/tokens_per_s']:.0f}")
-            if self.cfg.eval.every and self.state.step % self.cfg.eval.every == 0 and self.state.step < self.t.max_steps:
+                            tok_s=f"{m['time/tokens_per_s']:.0f}", **({"warn": ",".join(warned)} if warned else {}))
+            every = self.cfg.eval.every
+            if every and self.state.step % every == 0 and self.state.step < self.t.max_steps:
                 self.evaluate("train")
             if self.t.checkpoint_every and self.state.step % self.t.checkpoint_every == 0:
                 self.save_checkpoint()

@@ -29,7 +29,7 @@ import string
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -186,34 +186,45 @@ def _arithmetic_cfg(task_cfg: Any) -> Any:
     return base
 
 
-def ensure_world(model_cfg: Any, task_cfg: Any = None, log=print) -> Path:
-    """Directory of the warm-started tiny model, building it on first use. Safe under concurrent callers."""
-    task_cfg = _arithmetic_cfg(task_cfg)
-    root = cache_root()
+def build_once(final: Path, build: Callable[[Path], None], marker: str, log=print, what: str = "") -> Path:
+    """``final``, made by ``build(tmp)`` (which writes ``marker`` last) in a temporary directory beside it and renamed
+    into place under a file lock: a second builder waits, then finds the finished directory; a directory without its
+    marker, or a temporary one left by a killed build, is removed and built again."""
+    root = final.parent
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"tiny-{world_key(model_cfg, task_cfg)}"
-    if (final / "world.json").exists():
+    if (final / marker).exists():
         return final
     with open(root / f"{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits here, then finds the finished model
-        if (final / "world.json").exists():
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / marker).exists():
             return final
         for stale in root.glob(f".{final.name}.*"):  # left by a build that was killed; we hold the lock
             shutil.rmtree(stale, ignore_errors=True)
-        log(f"[world] building the offline model into {final} (one-time warm start)")
+        log(f"[world] building {what or final.name} into {final}")
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}."))
         try:
-            tokenizer = build_tokenizer()
-            model = build_model(model_cfg.tiny, len(tokenizer), seed=model_cfg.tiny.warmup_seed)
-            stats = warm_start(model, tokenizer, model_cfg.tiny, task_cfg, log=log)
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            # world.json is written last: its presence marks a complete model
-            (tmp / "world.json").write_text(json.dumps({"key": final.name, "version": WORLD_VERSION, **stats}))
-            if final.exists():  # a stale partial directory (no world.json) from a killed build
+            build(tmp)
+            if final.exists():  # a stale partial directory (no marker) from a killed build
                 shutil.rmtree(final)
             os.replace(tmp, final)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def ensure_world(model_cfg: Any, task_cfg: Any = None, log=print) -> Path:
+    """Directory of the warm-started tiny model, building it on first use. Safe under concurrent callers."""
+    task_cfg = _arithmetic_cfg(task_cfg)
+    final = cache_root() / f"tiny-{world_key(model_cfg, task_cfg)}"
+
+    def build(tmp: Path) -> None:
+        tokenizer = build_tokenizer()
+        model = build_model(model_cfg.tiny, len(tokenizer), seed=model_cfg.tiny.warmup_seed)
+        stats = warm_start(model, tokenizer, model_cfg.tiny, task_cfg, log=log)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        # world.json is written last: its presence marks a complete model
+        (tmp / "world.json").write_text(json.dumps({"key": final.name, "version": WORLD_VERSION, **stats}))
+
+    return build_once(final, build, "world.json", log, what="the offline model (one-time warm start)")

@@ -58,7 +58,9 @@ def test_wrong_type_names_the_key():
 
 @pytest.mark.parametrize("overrides,key", [
     (["trainer.num_generations=1"], "trainer.num_generations"),
-    (["trainer.micro_batch_size=5"], "trainer.micro_batch_size"),
+    (["trainer.micro_batch_size=0"], "trainer.micro_batch_size"),
+    (["trainer.generation_batch_tokens=64"], "trainer.generation_batch_tokens"),
+    (["eval.generation_batch_tokens=64"], "eval.generation_batch_tokens"),
     (["trainer.loss_type=ppo"], "trainer.loss_type"),
     (["trainer.scale_rewards=sometimes"], "trainer.scale_rewards"),
     (["reward.name=adversarial"], "reward.name"),
@@ -115,16 +117,22 @@ def _leaves(spec: dict, prefix: str = "") -> list[tuple[str, object]]:
             for leaf in (_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)])]
 
 
-def _assert_option(cfg: DictConfig, group: str, option: str) -> None:
-    """``cfg`` holds what conf/<group>/<option>.yaml sets (an experiment: its keys and its group overrides)."""
+def _assert_option(cfg: DictConfig, group: str, option: str, chosen: Sequence[str] = (),
+                   shadowed: Sequence[str] = ()) -> None:
+    """``cfg`` holds what conf/<group>/<option>.yaml sets (an experiment: its keys and its group overrides, except
+    groups the cell chooses itself and keys the experiment sets over its groups' values)."""
     spec = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{option}.yaml"))
+    own = [key for key, _ in _leaves({k: v for k, v in spec.items() if k != "defaults"})]
     for entry in spec.pop("defaults", []):
         if isinstance(entry, dict):  # {"override /method": "grpo"}
             ((key, value),) = entry.items()
-            _assert_option(cfg, key.split("/", 1)[1], value)
+            sub = key.split("/", 1)[1]
+            if sub not in chosen:
+                _assert_option(cfg, sub, value, shadowed=[k[len(sub) + 1:] for k in own if k.startswith(sub + ".")])
     node = cfg if group == "experiment" else cfg[group]  # experiments are @package _global_
     for key, value in _leaves(spec):
-        assert OmegaConf.select(node, key) == value, (group, option, key)
+        if key not in shadowed:
+            assert OmegaConf.select(node, key) == value, (group, option, key)
 
 
 def _grid(name: str | None) -> tuple[list[list[str]], Callable[[list[str]], DictConfig]]:
@@ -146,7 +154,7 @@ def test_every_cell_of_every_grid_composes(name):
         for override in cell:
             key, value = override.split("=", 1)
             if (CONF / key).is_dir():
-                _assert_option(cfg, key, value)
+                _assert_option(cfg, key, value, chosen=[o.split("=", 1)[0] for o in cell if o != override])
             else:
                 assert str(OmegaConf.select(cfg, key)) == value, (name, override)
         chosen = dict(o.split("=", 1) for o in cell)
@@ -167,8 +175,14 @@ def test_every_cell_of_every_grid_composes(name):
     elif name == "grid_2x2_seeds":
         assert {(c.reward.name, c.exchange.mode, c.seed) for c in composed} == {
             (r, e, s) for r, e in TWO_BY_TWO for s in (0, 1, 2)}
-    elif name == "ablations":  # Agon beside every named experiment
-        assert sorted(c.experiment for c in composed) == _options("experiment")
+    elif name == "ablations":  # Agon beside every named experiment of the offline world
+        offline = [o for o in _options("experiment") if not o.startswith("paper")]
+        assert sorted(c.experiment for c in composed) == offline
+    elif name == "paper_deepmath_2x2":  # the same grid on the real-model recipe
+        assert axes == TWO_BY_TWO and {(c.experiment, c.model.name) for c in composed} == {
+            ("paper_deepmath", "Qwen/Qwen3-0.6B")}
+    else:
+        raise AssertionError(f"sweeps/{name}.yaml has no check here")
 
 
 def test_a_grid_with_an_unknown_option_fails_to_compose(tmp_path):
@@ -181,3 +195,32 @@ def test_a_grid_with_an_unknown_option_fails_to_compose(tmp_path):
     _compose_sweep(tmp_path, "typo", cells[0])
     with pytest.raises(ConfigCompositionException, match="coperative"):
         _compose_sweep(tmp_path, "typo", next(c for c in cells if "reward=coperative" in c))
+
+
+@pytest.mark.parametrize("extra,model", [([], "Qwen/Qwen3-0.6B"), (["model=qwen3_1.7b"], "Qwen/Qwen3-1.7B"),
+                                         (["model=qwen3_4b"], "Qwen/Qwen3-4B")])
+def test_the_paper_deepmath_preset_is_the_papers_recipe_on_any_qwen3(extra, model):
+    cfg = compose_config(["experiment=paper_deepmath", *extra])
+    validate(cfg)
+    assert (cfg.model.name, cfg.task.name, cfg.task.min_difficulty, cfg.task.heldout_size) == \
+        (model, "deepmath_hard", 8.0, 300)
+    assert (cfg.model.lora.rank, cfg.reward.name, cfg.method.name, cfg.model.enable_thinking) == \
+        (16, "paper", "agon", True)
+    assert (cfg.trainer.temperature, cfg.trainer.top_p, cfg.trainer.top_k) == (0.6, 0.95, 20)
+    assert cfg.trainer.max_new_tokens >= 8192 and cfg.eval.max_new_tokens == cfg.trainer.max_new_tokens
+    assert cfg.eval.n_problems == 300 and cfg.model.dtype == "bfloat16" and cfg.model.gradient_checkpointing
+
+
+def test_the_paper_grid_on_real_models_composes_every_cell():
+    for reward, exchange in itertools.product(["competitive", "cooperative"], ["visible", "hidden"]):
+        cfg = compose_config(["experiment=paper_deepmath", f"reward={reward}", f"exchange={exchange}"])
+        validate(cfg)
+        assert (cfg.reward.name, cfg.exchange.mode, cfg.trainer.max_new_tokens) == (reward, exchange, 16384)
+
+
+def test_the_paper_codecontests_preset_runs_qwen3_1_7b_on_easy_problems():
+    cfg = compose_config(["experiment=paper_codecontests"])
+    validate(cfg)
+    assert (cfg.model.name, cfg.task.kind, cfg.task.easy_only, cfg.model.lora.rank) == \
+        ("Qwen/Qwen3-1.7B", "codecontests", True, 16)
+    assert cfg.trainer.max_new_tokens >= 8192

@@ -93,8 +93,13 @@ class ArithmeticTask(Task):
     def heldout_problems(self) -> Sequence[Problem]:
         return [self._problem(e) for e in self._heldout]
 
-    def train_problems(self) -> Sequence[Problem]:
+    @cached_property
+    def _train(self) -> list[Problem]:
+        # seconds at the default 100,000 problems: drawn once per task, however often the pool is asked for
         return [self._problem(e) for e in self._draw(self.cfg.split_seed + 1, self.cfg.train_size, set(self._heldout))]
+
+    def train_problems(self) -> Sequence[Problem]:
+        return self._train
 
     def verify(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Verdict]:
         out = []

@@ -1,0 +1,118 @@
+"""Checks that make a run fail in seconds, before any weights load, when it could not succeed.
+
+``check_sources`` probes the hub once, with a short timeout, when the model or the dataset is named by a hub id.
+When the hub is unreachable the process goes offline (``HF_HUB_OFFLINE``), so loads read the local cache at once
+instead of retrying for a minute, and a model that is not cached fails with one error naming it and the override.
+``check_context`` renders the longest prompts of the task and fails when a prompt plus ``max_new_tokens`` would not
+fit the model's context, naming both lengths and the keys to change.
+
+Left out on purpose: checking a dataset's cache ahead of loading it. ``datasets`` fails at once when offline, with
+an error the task turns into one message naming the dataset and ``task.source``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Sequence
+
+from agon.config import ConfigError
+from agon.policies import ModelLoadError, render_chat
+
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def _is_local(source: str) -> bool:
+    return os.path.exists(os.path.expanduser(source)) or source.startswith(("/", ".", "~"))
+
+
+def hub_ids(cfg: Any) -> dict[str, str]:
+    """{what: hub id} for the model and the dataset that would come from the hub."""
+    out = {}
+    m = cfg.model
+    if not m.path and m.name != "tiny" and not _is_local(m.name):
+        out["model"] = m.name
+    source = cfg.task.get("source")
+    if source and not _is_local(source):
+        out["dataset"] = source
+    return out
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout_s)
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def go_offline() -> None:
+    """Make huggingface_hub, transformers and datasets read only the local cache, in this process and children."""
+    for var in OFFLINE_VARS:
+        os.environ[var] = "1"
+    import huggingface_hub.constants
+
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
+    if "datasets.config" in sys.modules:  # read at import; patch it when already imported
+        sys.modules["datasets.config"].HF_HUB_OFFLINE = True
+        sys.modules["datasets.config"].HF_DATASETS_OFFLINE = True
+
+
+def check_sources(cfg: Any, log: Callable[[str], None] = print) -> None:
+    """Go offline when the hub cannot be reached; then a model that is not cached is one ModelLoadError."""
+    path = cfg.model.path
+    if path and not os.path.isdir(os.path.expanduser(path)):
+        raise ModelLoadError(f"model.path={path!r} is not a directory; it should hold the model's config.json, "
+                             f"weights and tokenizer (as `hf download {cfg.model.name} --local-dir DIR` writes them)")
+    ids = hub_ids(cfg)
+    if not ids:
+        return
+    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+    if not offline and hub_reachable():
+        return
+    if not offline:
+        log(f"[agon] the hub is not reachable: {', '.join(ids.values())} must come from the local cache")
+        go_offline()
+    if "model" in ids:
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(ids["model"], "config.json"), str):
+            raise ModelLoadError(
+                f"model {ids['model']!r} is not in the local cache and the hub is not reachable. Download it where "
+                f"there is network (`hf download {ids['model']} --local-dir DIR`) and pass model.path=DIR.")
+
+
+def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, sample: int = 64) -> int:
+    """The longest prompt in tokens; ConfigError when it plus ``max_new_tokens`` does not fit ``context``.
+
+    Rendered: the held-out problems that will be scored and the ``sample`` longest training problems (by
+    characters), each as the drafter's prompt and as the challenger's prompt with an empty recap.
+    """
+    heldout = list(task.heldout_problems())[: cfg.eval.n_problems]
+    train = sorted(task.train_problems(), key=lambda p: len(p.question), reverse=True)[:sample]
+    problems: Sequence[Any] = heldout + train
+    if not problems or context is None:
+        return 0
+    system, thinking = task.cfg.system_prompt, cfg.model.enable_thinking
+    messages = [task.user_message(p) for p in problems]
+    if cfg.exchange.mode == "visible":
+        messages += [task.challenge_message(p, "") for p in problems]
+    lengths = [len(ids) for ids in tokenizer([render_chat(tokenizer, m, system, thinking) for m in messages],
+                                             add_special_tokens=False)["input_ids"]]
+    longest = max(lengths)
+    which = problems[lengths.index(longest) % len(problems)].id
+    for key, new in (("trainer.max_new_tokens", cfg.trainer.max_new_tokens),
+                     ("eval.max_new_tokens", cfg.eval.max_new_tokens)):
+        if longest + new > context:
+            where = "model.tiny.max_position" if cfg.model.name == "tiny" and not cfg.model.path else \
+                "the model's max_position_embeddings"
+            raise ConfigError(
+                f"the longest prompt ({longest} tokens, problem {which}) plus {key}={new} is {longest + new} "
+                f"tokens, more than the model's context of {context} ({where}). Lower {key}, use a model with a "
+                f"longer context, or shorten the prompts (task.instruction, task.dataset_args).")
+    return longest
