@@ -45,10 +45,16 @@ mutation: install ## mutation testing: the named wiring bugs must each fail the 
 bench: install ## speed ratios measured side by side (agon step vs TRL GRPOTrainer step)
 	$(PY) -m agon.bench $(ARGS)
 
+smoke-real: install ## the real code path at Qwen3-0.6B's exact shape on CPU: 2 Agon steps, one evaluation
+	$(PY) -m agon.smoke_real $(ARGS)
+
+bench-gpu: install ## Agon step time, tokens/s and peak GPU memory at Qwen3-0.6B's shape (needs CUDA)
+	$(PY) -m agon.bench_gpu $(ARGS)
+
 config: install ## print the resolved default config
 	$(PY) -m agon.run --cfg job $(ARGS)
 
 clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
-	rm -rf outputs multirun figures .pytest_cache
+	rm -rf outputs multirun figures smoke-real .pytest_cache
 
-.PHONY: help install run test test-full sweep figures mutation bench config clean
+.PHONY: help install run test test-full sweep figures mutation bench smoke-real bench-gpu config clean

@@ -5,6 +5,11 @@ arithmetic prompts, with the same group size, batch and completion length, on th
 warmed up, then timed over ``--steps`` steps; the report is the ratio of median step times (TRL / agon), so the
 machine's speed cancels out. Results go to stdout and to ``bench.json``.
 
+It also measures the memory of scoring (per-token log-probabilities, forward and backward) at Qwen3's vocabulary of
+151,936 for one batch of 4 sequences x 1,024 completion tokens, on a 2-layer model of Qwen3-0.6B's width: agon's
+chunked ``selective_logps`` from hidden states against the straightforward full float32 log-softmax of the whole
+logits, each in its own process (peak resident memory, ``ru_maxrss``), so neither inherits the other's allocations.
+
 Left out on purpose: absolute targets. A ratio measured in one run is the claim; seconds depend on the machine.
 """
 
@@ -12,7 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,7 +53,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("bench.json"))
+    parser.add_argument("--scoring-child", choices=["selective", "full"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.scoring_child:  # one side of the memory comparison, alone in this process
+        print(json.dumps(_score_once(args.scoring_child)))
+        return
+    memory = {kind: _scoring_memory(kind) for kind in ("full", "selective")}
     agon_s = _agon_steps(args)
     trl_s = _trl_steps(args)
     a, t = statistics.median(agon_s), statistics.median(trl_s)
@@ -53,6 +66,8 @@ def main(argv: list[str] | None = None) -> None:
         "setup": {k: v for k, v in vars(args).items() if k != "out"},
         "agon_step_s": agon_s, "trl_step_s": trl_s,
         "agon_median_s": a, "trl_median_s": t, "speedup_trl_over_agon": t / a,
+        "scoring_memory": memory,
+        "scoring_peak_ratio_selective_over_full": memory["selective"]["peak_gib"] / memory["full"]["peak_gib"],
     }
     args.out.write_text(json.dumps(report, indent=2))
     print(f"vanilla GRPO step, {args.prompts} prompts x {args.generations} completions of <= {args.max_new_tokens} "
@@ -60,6 +75,55 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  agon  median {a:.3f} s/step   ({', '.join(f'{x:.2f}' for x in agon_s)})")
     print(f"  TRL   median {t:.3f} s/step   ({', '.join(f'{x:.2f}' for x in trl_s)})")
     print(f"  ratio TRL/agon = {t / a:.2f}x   (written to {args.out})")
+    full, sel = memory["full"], memory["selective"]
+    print(f"scoring 4 x {SCORING_TOKENS} tokens at vocabulary {SCORING_VOCAB:,}, forward + backward, peak RSS in "
+          f"separate processes: selective {sel['peak_gib']:.2f} GiB vs full log-softmax {full['peak_gib']:.2f} GiB "
+          f"= {sel['peak_gib'] / full['peak_gib']:.2f}x (above the loaded model: {sel['scoring_gib']:.2f} vs "
+          f"{full['scoring_gib']:.2f} GiB)")
+
+
+SCORING_VOCAB, SCORING_TOKENS, SCORING_ROWS = 151_936, 1024, 4
+
+
+def _score_once(kind: str) -> dict[str, float]:
+    """Forward + backward of one batch's log-probabilities with ``kind`` scoring; peak RSS in GiB (this process)."""
+    from omegaconf import OmegaConf
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from agon.config import LoraConfig
+    from agon.policies import Completion, Policies
+    from agon.scoring import full_logps
+    from agon.world import build_tokenizer
+
+    torch.manual_seed(0)
+    tok = build_tokenizer()
+    model = Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=SCORING_VOCAB, hidden_size=1024, intermediate_size=3072, num_hidden_layers=2,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+        max_position_embeddings=4096, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    for p in model.parameters():
+        p.requires_grad_(False)
+    policies = Policies(model, tok, ["A"], OmegaConf.structured(LoraConfig(rank=8, alpha=16)))
+    completions = [Completion("", tuple(torch.randint(0, SCORING_VOCAB, (SCORING_TOKENS,)).tolist()), True)
+                   for _ in range(SCORING_ROWS)]
+    batch = policies.batch_tensors([policies.render("1+2+3")] * SCORING_ROWS, completions)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if kind == "selective":
+        logps = policies.token_logps(batch)
+    else:
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+        logits = policies.model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+        logps = full_logps(logits[:, batch["prompt_ids"].size(1) - 1 : -1], batch["completion_ids"])
+    logps.sum().backward()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"peak_gib": peak / 2**20, "scoring_gib": (peak - before) / 2**20}
+
+
+def _scoring_memory(kind: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-m", "agon.bench", "--scoring-child", kind], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _agon_steps(args) -> list[float]:

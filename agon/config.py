@@ -217,7 +217,7 @@ class TrainerConfig:
     # most tokens in one generate call: rows x (widest prompt + max_new_tokens), the KV cache it holds
     generation_batch_tokens: int = 262_144
     # tokens whose logits (vocabulary wide, float32) are held at once when scoring
-    logit_chunk_tokens: int = 1024
+    logit_chunk_tokens: int = 512
     max_new_tokens: int = 72
     temperature: float = II("model.temperature")
     top_p: float = II("model.top_p")

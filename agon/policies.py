@@ -158,6 +158,7 @@ class Policies:
             task_type="CAUSAL_LM",
         )
         self.tokenizer = tokenizer
+        tokenizer.padding_side = "left"  # generation appends to the right end of every row
         self.adapters = tuple(adapters)
         self.model = get_peft_model(model, config, adapter_name=self.adapters[0])
         for name in self.adapters[1:]:
@@ -356,7 +357,7 @@ class Policies:
         return base.get_decoder(), (lambda h: torch.tanh(head(h) / cap) * cap) if cap else head
 
     def token_logps(self, batch: dict[str, torch.Tensor], rows: slice | None = None,
-                    temperature: float = 1.0, chunk_tokens: int = 1024) -> torch.Tensor:
+                    temperature: float = 1.0, chunk_tokens: int = 512) -> torch.Tensor:
         """Log-probabilities of the completion tokens under the active adapter, [b, T] for the selected rows (0 on
         padding), from logits divided by the sampling temperature (as TRL does), so they are the sampler's
         probabilities. The selected rows are cut to their own widest prompt and completion first, so a micro-batch
@@ -373,7 +374,9 @@ class Policies:
         # generation numbers positions from the first real token; do the same so the ratio starts at exactly 1
         position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
         decoder, head = self._decoder_and_head()
-        hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids).last_hidden_state
+        # no KV cache: scoring is one pass, and a cache of the whole sequence would only cost memory
+        hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids,
+                         use_cache=False).last_hidden_state
         hidden = hidden[:, p_ids.size(1) - 1 : -1]  # [b, width, H]: the states that predict the completion tokens
         scored = c_mask.bool().to(self.device)
         values = selective_logps(hidden[scored], c_ids.to(self.device)[scored], head, temperature,

@@ -23,12 +23,12 @@ Head = Callable[[Tensor], Tensor]
 
 def _chunk_logps(hidden: Tensor, ids: Tensor, head: Head, temperature: float) -> Tensor:
     """hidden [n, H], ids [n] -> [n] float32 log-probabilities of ``ids``."""
-    logits = head(hidden).float() / temperature  # [n, V]
+    logits = head(hidden).float().div_(temperature)  # [n, V]; in place: the head's backward keeps no output
     return logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
 def selective_logps(hidden: Tensor, ids: Tensor, head: Head, temperature: float = 1.0,
-                    chunk_tokens: int = 1024) -> Tensor:
+                    chunk_tokens: int = 512) -> Tensor:
     """log softmax(head(hidden) / temperature) at ``ids``, ``chunk_tokens`` rows of logits at a time.
 
     Args:

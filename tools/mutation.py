@@ -46,7 +46,9 @@ TESTS = {
     "agon/rollout.py": ["tests/test_rollout.py", "tests/test_cascade.py", "tests/test_trainer.py"],
     "agon/trainer.py": ["tests/test_trainer.py", "tests/test_run.py"],
     "agon/cascade.py": ["tests/test_cascade.py", "tests/test_run.py"],
-    "agon/policies.py": ["tests/test_policies.py", "tests/test_trainer.py"],
+    "agon/policies.py": ["tests/test_scoring.py", "tests/test_policies.py", "tests/tasks/test_qwen3_format.py",
+                         "tests/test_trainer.py"],
+    "agon/scoring.py": ["tests/test_scoring.py", "tests/test_trainer.py"],
 }
 
 
@@ -100,13 +102,22 @@ NAMED = [
     Mutant("stale_old_logps", "agon/trainer.py", "num_iterations > 1 uses the current policy as the old one",
            "old[k] if old else logps.detach()", "logps.detach()"),
     Mutant("kl_to_self", "agon/trainer.py", "KL reference taken with the adapter on, not the base",
-           "ref = self._logps(None, batch, grad=False)", "ref = self._logps(adapter, batch, grad=False)"),
+           "ref = self._logps(None, batch, parts, grad=False)", "ref = self._logps(adapter, batch, parts, grad=False)"),
     Mutant("no_nonfinite_skip", "agon/trainer.py", "non-finite gradients applied instead of skipped",
            "if not all(torch.isfinite(torch.tensor(list(norms.values())))):", "if False:"),
     Mutant("joint_clip", "agon/trainer.py", "one clip over both adapters instead of one per adapter",
            "norms = {name: float(torch.nn.utils.clip_grad_norm_(self.policies.parameters(name), t.max_grad_norm))",
            "norms = {name: float(torch.nn.utils.clip_grad_norm_([p for a in self.optimizers for p in "
            "self.policies.parameters(a)], t.max_grad_norm))"),
+    # the real-model path: chunked scoring, token budgets, the model's context, Qwen3's template
+    Mutant("scoring_without_temperature", "agon/scoring.py", "chunked log-probs ignore the sampling temperature",
+           "logits = head(hidden).float().div_(temperature)", "logits = head(hidden).float()"),
+    Mutant("generation_budget_ignored", "agon/policies.py", "generate calls not bounded by the token budget",
+           "for i in fits], batch_tokens):", "for i in fits], 10**12):"),
+    Mutant("context_ignored", "agon/policies.py", "prompts sampled past the model's context",
+           "else min(max_new_tokens, self.context - n)", "else max_new_tokens"),
+    Mutant("template_opening_dropped", "agon/policies.py", "the template's empty think block left off the turn",
+           "Completion(text=opening + text,", "Completion(text=text,"),
 ]
 
 # operator swaps: each site becomes exactly one mutant

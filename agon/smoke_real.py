@@ -1,0 +1,133 @@
+"""``make smoke-real``: the real code path at Qwen3-0.6B's exact shape, on a CPU, in minutes.
+
+A randomly initialised model with Qwen3-0.6B's configuration and a tokenizer with Qwen3's special tokens, thinking
+chat template and vocabulary size (``agon.qwen3_shape``, built once and cached) is loaded through
+``from_pretrained`` by ``python -m agon.run experiment=paper_deepmath debug=smoke_real model.path=<dir>``, in a
+child process: bfloat16, gradient checkpointing, micro-batches, the paper's reward and LoRA rank, DeepMath grading
+on a small local file. Two Agon steps and one cascade evaluation on two problems with up to 64 new tokens. It prints
+and writes (``smoke_real.json``) seconds per step, the peak resident memory of the run's process and of its process
+tree (graders included), and the adapter pair's share of the base parameters at r=8 and r=16.
+
+``--model-path DIR`` runs a real Qwen3 checkpoint through the same path. Left out on purpose: any judgement of the
+numbers the run reports about accuracy; the weights are random.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_DATA = ROOT / "tests" / "tasks" / "fixtures" / "deepmath.jsonl"
+
+
+def adapter_share(model_dir: Path, rank: int) -> tuple[int, int]:
+    """(parameters of one all-linear LoRA adapter at ``rank``, base parameters), counted on the meta device."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    base = sum(p.numel() for p in model.parameters())
+    peft = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear"))
+    return sum(p.numel() for n, p in peft.named_parameters() if "lora_" in n), base
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[int, float, int, int]:
+    """(exit code, seconds, peak RSS of the process, peak summed RSS of its process tree sampled every 0.2 s)."""
+    t0 = time.time()
+    child = subprocess.Popen(cmd, env=env, cwd=ROOT)
+    peak_tree, done = 0, threading.Event()
+
+    def sample() -> None:
+        nonlocal peak_tree
+        proc = psutil.Process(child.pid)
+        while not done.is_set():
+            try:
+                peak_tree = max(peak_tree, _tree_rss(proc))
+            except psutil.Error:
+                return
+            done.wait(0.2)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    _, status, usage = os.wait4(child.pid, 0)
+    done.set()
+    watcher.join()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, time.time() - t0, usage.ru_maxrss * 1024, peak_tree
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agon.smoke_real", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-path", type=Path, help="a real Qwen3 checkpoint instead of the random one")
+    parser.add_argument("--source", default=str(SAMPLE_DATA), help="DeepMath problems (parquet or JSONL)")
+    parser.add_argument("--out", type=Path, default=Path("smoke-real"), help="run directory and smoke_real.json")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the run")
+    args = parser.parse_args(argv)
+
+    if args.model_path is None:
+        from agon.qwen3_shape import ensure_model
+
+        model_dir = ensure_model("0.6b", "bfloat16", log=lambda m: print(m, flush=True))
+    else:
+        model_dir = args.model_path
+    run_dir = args.out.resolve() / time.strftime("%Y%m%d-%H%M%S")
+    cmd = [sys.executable, "-m", "agon.run", "experiment=paper_deepmath", "debug=smoke_real", "logger=none",
+           f"model.path={model_dir}", f"task.source={args.source}", f"output_dir={run_dir}", *args.overrides]
+    print("[smoke-real]", " ".join(cmd[1:]), flush=True)
+    code, seconds, peak, peak_tree = run_measured(cmd, dict(os.environ))
+    if code != 0:
+        print(f"[smoke-real] the run failed (exit code {code}) after {seconds:.0f}s", file=sys.stderr)
+        return code
+
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    step_s = [m["time/step_s"] for m in steps if "time/step_s" in m]
+    gen_s = [m["time/generation_s"] for m in steps if "time/generation_s" in m]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    shares = {}
+    for rank in (8, 16):
+        lora, base = adapter_share(Path(model_dir), rank)
+        shares[rank] = 2 * lora / base
+    report = {
+        "model_dir": str(model_dir), "run_dir": str(run_dir), "threads": os.cpu_count(),
+        "seconds_total": seconds, "seconds_per_step": step_s, "generation_seconds_per_step": gen_s,
+        "peak_rss_gib": peak / 2**30, "peak_tree_rss_gib": peak_tree / 2**30,
+        "adapter_pair_share": {f"r{r}": s for r, s in shares.items()},
+        "train_steps": summary["train/steps"], "eval_final_trace_tokens": summary["eval/final_trace_tokens"],
+    }
+    (args.out / "smoke_real.json").write_text(json.dumps(report, indent=2))
+    print(f"[smoke-real] Qwen3-0.6B shape ({model_dir.name if args.model_path is None else model_dir}), bf16, "
+          f"gradient checkpointing, micro-batches of 2: {summary['train/steps']} Agon steps and one cascade "
+          f"evaluation in {seconds:.0f}s")
+    print(f"[smoke-real] seconds per step: {', '.join(f'{s:.1f}' for s in step_s)} "
+          f"(generation {', '.join(f'{s:.1f}' for s in gen_s)})")
+    print(f"[smoke-real] peak resident memory: {peak / 2**30:.2f} GiB (run process), "
+          f"{peak_tree / 2**30:.2f} GiB (with its grader processes)")
+    print(f"[smoke-real] adapter pair / base parameters: {shares[8]:.2%} at r=8, {shares[16]:.2%} at r=16 "
+          f"(this run: r={summary['config']['model']['lora']['rank']})")
+    print(f"[smoke-real] written to {args.out / 'smoke_real.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
