@@ -111,8 +111,9 @@ def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, samp
         if longest + new > context:
             where = "model.tiny.max_position" if cfg.model.name == "tiny" and not cfg.model.path else \
                 "the model's max_position_embeddings"
+            fix = f"lower {key}, " if longest < context else "the prompt alone does not fit: "
             raise ConfigError(
                 f"the longest prompt ({longest} tokens, problem {which}) plus {key}={new} is {longest + new} "
-                f"tokens, more than the model's context of {context} ({where}). Lower {key}, use a model with a "
+                f"tokens, more than the model's context of {context} ({where}). To fix it: {fix}use a model with a "
                 f"longer context, or shorten the prompts (task.instruction, task.dataset_args).")
     return longest

@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-path", type=Path, help="a real Qwen3 checkpoint instead of the random one")
     parser.add_argument("--source", default=str(SAMPLE_DATA), help="DeepMath problems (parquet or JSONL)")
     parser.add_argument("--out", type=Path, default=Path("smoke-real"), help="run directory and smoke_real.json")
+    parser.add_argument("--max-minutes", type=float, default=20.0, help="fail when the run takes longer")
+    parser.add_argument("--max-rss-gib", type=float, default=12.0, help="fail when the run's peak RSS is larger")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the run")
     args = parser.parse_args(argv)
 
@@ -126,7 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[smoke-real] adapter pair / base parameters: {shares[8]:.2%} at r=8, {shares[16]:.2%} at r=16 "
           f"(this run: r={summary['config']['model']['lora']['rank']})")
     print(f"[smoke-real] written to {args.out / 'smoke_real.json'}")
-    return 0
+    checks = {f"took {seconds / 60:.1f} min > --max-minutes {args.max_minutes}": seconds > 60 * args.max_minutes,
+              f"peak RSS {peak / 2**30:.2f} GiB > --max-rss-gib {args.max_rss_gib}": peak > args.max_rss_gib * 2**30,
+              f"the r=8 adapter pair is {shares[8]:.2%} of the base (>= 2%)": shares[8] >= 0.02}
+    limits = [message for message, failed in checks.items() if failed]
+    for limit in limits:
+        print(f"[smoke-real] FAILED: {limit}", file=sys.stderr)
+    return 1 if limits else 0
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ def _grade(task, text: str):
 
 
 def test_the_recap_is_the_visible_summary_without_the_box_and_the_answer_is_graded(task):
-    text = REASONING + "We split 7 as 5 + 2: $6 \\cdot 5 + 6 \\cdot 2 = 42$.\n\n**Final Answer**\n\\[\n\\boxed{42}\n\\]"
+    text = REASONING + ("We split 7 as 5 + 2: $6 \\cdot 5 + 6 \\cdot 2 = 42$.\n\n"
+                        "**Final Answer**\n\\[\n\\boxed{42}\n\\]")
     recap = task.recap(text)
     assert recap == "We split 7 as 5 + 2: $6 \\cdot 5 + 6 \\cdot 2 = 42$.\n\n**Final Answer**\n\\[\n\n\\]"
     assert "Okay" not in recap and "41" not in recap and "boxed" not in recap
