@@ -61,6 +61,8 @@ class ModelConfig:
     path: Optional[str] = None
     # float32 | bfloat16 | float16
     dtype: str = "float32"
+    # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
+    device: str = "auto"
     gradient_checkpointing: bool = False
     # passed to the chat template (Qwen3's thinking switch)
     enable_thinking: bool = True

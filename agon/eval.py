@@ -25,7 +25,11 @@ def load_run_config(run_dir: Path, overrides: list[str]) -> Any:
     saved = run_dir / ".hydra" / "config.yaml"
     if not saved.exists():
         raise FileNotFoundError(f"{saved} not found: is {run_dir} a run directory written by agon.run?")
-    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(saved))
+    loaded = OmegaConf.load(saved)
+    # runs saved before generation was bounded by tokens had a row count here; the token budget's default applies
+    if "batch_size" in loaded.get("eval", {}):
+        del loaded.eval["batch_size"]
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), loaded)
     for item in overrides:
         key, _, value = item.partition("=")
         if not _:

@@ -121,6 +121,8 @@ def load_base(model_cfg: Any, task_cfg: Any = None, log=print):
         model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[model_cfg.dtype])
     except OSError as exc:
         raise _load_error(source, model_cfg, exc) from None
+    device = model_cfg.get("device", "auto")
+    model.to("cuda" if device == "auto" and torch.cuda.is_available() else "cpu" if device == "auto" else device)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -167,6 +169,8 @@ class Policies:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             self.model.enable_input_require_grads()
         self._activate(self.adapters[0])
+        # from_pretrained leaves eval mode; gradient checkpointing engages only in train mode (sample() switches)
+        self.model.train()
         # the longest sequence the model has positions for (prompt plus completion)
         self.context: int | None = getattr(self.model.config, "max_position_embeddings", None)
         self.end_ids = {tokenizer.eos_token_id}
@@ -382,4 +386,6 @@ class Policies:
         values = selective_logps(hidden[scored], c_ids.to(self.device)[scored], head, temperature,
                                  chunk_tokens)
         out = torch.zeros(scored.shape, dtype=torch.float32, device=self.device).masked_scatter(scored, values)
+        if torch.is_grad_enabled() and not values.requires_grad and hidden.requires_grad:
+            out = out + hidden.sum().float() * 0  # no completion tokens here: zero, but backward still works
         return torch.nn.functional.pad(out, (0, full_width - width))

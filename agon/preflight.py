@@ -112,8 +112,9 @@ def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, samp
             where = "model.tiny.max_position" if cfg.model.name == "tiny" and not cfg.model.path else \
                 "the model's max_position_embeddings"
             fix = f"lower {key}, " if longest < context else "the prompt alone does not fit: "
+            knobs = "task.instruction" + (", task.dataset_args" if "dataset_args" in task.cfg else "")
             raise ConfigError(
                 f"the longest prompt ({longest} tokens, problem {which}) plus {key}={new} is {longest + new} "
                 f"tokens, more than the model's context of {context} ({where}). To fix it: {fix}use a model with a "
-                f"longer context, or shorten the prompts (task.instruction, task.dataset_args).")
+                f"longer context, or shorten the prompts ({knobs}).")
     return longest

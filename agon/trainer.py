@@ -143,23 +143,24 @@ class Trainer:
         for role, adapter in played.items():
             adv = group_advantages(rewards[role].total, game.group_size, t.scale_rewards, t.adv_eps)
             batch = self._role_batch(game.attempts(role))
-            mask = batch["completion_mask"].float()
+            device = self.policies.device  # batch tensors stay on the CPU; token_logps moves its slice
+            mask, advantages = batch["completion_mask"].float().to(device), adv.advantages.to(device)
             parts = self._micro_batches(batch)
             old = self._logps(adapter, batch, parts, grad=False) if t.num_iterations > 1 else None
             ref = self._logps(None, batch, parts, grad=False) if t.beta != 0 else None
-            prepared[role] = (adapter, adv, batch, mask, parts, old, ref)
+            prepared[role] = (adapter, advantages, batch, mask, parts, old, ref)
             stats[f"role/{role}/frac_reward_zero_std"] = float(adv.zero_std.float().mean())
         for _ in range(t.num_iterations):
             for opt in self.optimizers.values():
                 opt.zero_grad(set_to_none=True)
-            for role, (adapter, adv, batch, mask, parts, old, ref) in prepared.items():
+            for role, (adapter, advantages, batch, mask, parts, old, ref) in prepared.items():
                 rows = mask.size(0)
                 total, clip_lo, clip_hi, kl = 0.0, 0.0, 0.0, 0.0
                 with self.policies.use_adapter(adapter):
                     for k, sl in enumerate(parts):
                         logps = self.policies.token_logps(batch, sl, t.temperature, t.logit_chunk_tokens)
                         loss, terms = policy_loss(
-                            logps, old[k] if old else logps.detach(), adv.advantages[sl], mask[sl],
+                            logps, old[k] if old else logps.detach(), advantages[sl], mask[sl],
                             loss_type=t.loss_type, epsilon=t.epsilon, epsilon_high=t.epsilon_high, beta=t.beta,
                             ref_logps=ref[k] if ref else None, use_bias_correction_kl=t.use_bias_correction_kl,
                             max_completion_length=t.max_new_tokens,

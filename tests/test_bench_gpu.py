@@ -19,7 +19,8 @@ def test_refuses_without_cuda(tmp_path, capsys):
 
 def test_the_script_measures_agon_steps_on_a_cpu_at_a_tiny_shape(tmp_path):
     out = tmp_path / "bench-gpu.json"
-    assert main(["--cpu-check", "--new-tokens", "8", "--prompts", "2", "--generations", "2", "--out", str(out)]) == 0
+    assert main(["--cpu-check", "--new-tokens", "8", "--prompts", "2", "--generations", "2", "--warmup-tokens", "4",
+                 "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     (result,) = report["results"]
     assert result["new_tokens"] == 8 and len(result["step_s"]) == 1 and result["generated_tokens_per_s"] > 0

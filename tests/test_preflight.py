@@ -75,3 +75,32 @@ def test_the_check_measures_the_longest_rendered_prompt_of_either_role():
         check_context(cfg, task, tok, context=256)
     hidden = compose_config(["exchange=hidden", "task.heldout_size=20", "task.train_size=200"])
     assert check_context(hidden, build_task(hidden.task), tok, context=256) < longest
+
+
+def test_an_unreachable_hub_is_probed_once_then_the_run_goes_offline_and_names_the_missing_model(
+        tmp_path, monkeypatch, capsys):
+    """The path a researcher without network takes: not offline by setting, the probe fails, the process goes
+    offline, and a model absent from the (empty) cache is one error naming it."""
+    import huggingface_hub.constants
+
+    from agon.preflight import check_sources
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(var, "")  # restored after the test, as is the constant below
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(ModelLoadError, match=r"'Qwen/Qwen3-0\.6B' is not in the local cache.*model\.path=DIR"):
+        check_sources(compose_config(["experiment=paper_deepmath"]))
+    assert "the hub is not reachable" in capsys.readouterr().out
+    assert huggingface_hub.constants.HF_HUB_OFFLINE is True  # later loads read the cache without retrying
+
+
+def test_a_context_error_suggests_only_keys_the_task_has():
+    from agon.tasks import build_task
+    from agon.world import build_tokenizer
+
+    cfg = compose_config(["task.heldout_size=20", "task.train_size=200", "trainer.max_new_tokens=250"])
+    with pytest.raises(ConfigError) as err:
+        check_context(cfg, build_task(cfg.task), build_tokenizer(), context=256)
+    assert "task.instruction" in str(err.value) and "task.dataset_args" not in str(err.value)

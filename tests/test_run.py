@@ -134,3 +134,19 @@ def test_reevaluation_of_a_finished_run(small_cfg, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "agon.eval", str(tmp_path / "run"), "eval.n_problemz=2"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "eval.n_problemz" in bad.stderr
+
+
+def test_a_run_saved_before_token_budgets_still_loads_for_reevaluation(tmp_path):
+    """Runs saved with the old eval.batch_size (a row count) load with the token budget's default instead."""
+    from omegaconf import OmegaConf
+
+    from agon.eval import load_run_config
+    from tests.conftest import compose_config
+
+    saved = OmegaConf.to_container(compose_config())
+    saved["eval"]["batch_size"] = 800
+    del saved["eval"]["generation_batch_tokens"]
+    (tmp_path / ".hydra").mkdir()
+    OmegaConf.save(OmegaConf.create(saved), tmp_path / ".hydra" / "config.yaml")
+    cfg = load_run_config(tmp_path, ["eval.n_problems=4"])
+    assert cfg.eval.generation_batch_tokens == cfg.trainer.generation_batch_tokens and cfg.eval.n_problems == 4

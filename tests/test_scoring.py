@@ -129,3 +129,31 @@ def test_a_prompt_near_the_end_of_the_context_gets_the_room_left_and_one_past_it
     assert not out[0].context_limited
     assert out[1].context_limited and out[1].n_tokens <= room
     assert out[2].context_limited and out[2].truncated and out[2].n_tokens == 0 and out[2].text == ""
+
+
+def test_a_micro_batch_without_completion_tokens_scores_zero_and_still_backpropagates():
+    """Rows whose prompt filled the context come back empty; a micro-batch of only such rows must not break the
+    update's backward pass."""
+    policies = _policies()
+    batch = policies.batch_tensors([policies.render("1+2")] * 2, [Completion("", (), True)] * 2)
+    logps = policies.token_logps(batch)
+    assert float(logps.detach().abs().sum()) == 0.0
+    logps.sum().backward()
+    assert all(p.grad is not None and float(p.grad.abs().sum()) == 0.0 for p in policies.parameters("A"))
+
+
+def test_gradient_checkpointing_changes_no_gradient():
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)  # the same weights both times
+        policies = _policies()
+        if checkpointing:  # the decoder's activations recomputed in the backward pass, as the Qwen3 configs run
+            policies.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            policies.model.enable_input_require_grads()
+        batch = policies.batch_tensors([policies.render("1+2+3")] * 2,
+                                       [Completion("", (5, 6, 7, 8), True), Completion("", (9, 10), False)])
+        policies.token_logps(batch, temperature=0.6).sum().backward()
+        grads.append([p.grad.clone() for p in policies.parameters("A")])
+    assert policies.model.is_gradient_checkpointing
+    for off, on in zip(*grads):
+        torch.testing.assert_close(off, on, atol=1e-6, rtol=1e-6)
