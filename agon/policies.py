@@ -23,6 +23,7 @@ Left out on purpose: vLLM and multi-process sharding (``accelerate``); the same 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,11 +122,12 @@ def load_base(model_cfg: Any, task_cfg: Any = None, log=print):
         model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[model_cfg.dtype])
     except OSError as exc:
         raise _load_error(source, model_cfg, exc) from None
-    device = model_cfg.get("device", "auto")
-    model.to("cuda" if device == "auto" and torch.cuda.is_available() else "cpu" if device == "auto" else device)
+    device = model_cfg.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
     for p in model.parameters():
         p.requires_grad_(False)
     return model, tokenizer
@@ -290,9 +292,9 @@ class Policies:
             for i, r in enumerate(room):  # prompts too close to the end of the context: alone, with the room left
                 if r == max_new_tokens:
                     continue
-                c = self._generate([prompts[i]], r, temperature, top_p, top_k)[0] if r > 0 else None
-                out[i] = Completion(c.text if c else "", c.token_ids if c else (), c.truncated if c else True,
-                                    context_limited=True)
+                none = Completion("", (), truncated=True)  # the prompt alone filled the context
+                c = self._generate([prompts[i]], r, temperature, top_p, top_k)[0] if r > 0 else none
+                out[i] = dataclasses.replace(c, context_limited=True)
         self.model.train(was_training)
         return out  # type: ignore[return-value]
 
@@ -386,6 +388,4 @@ class Policies:
         values = selective_logps(hidden[scored], c_ids.to(self.device)[scored], head, temperature,
                                  chunk_tokens)
         out = torch.zeros(scored.shape, dtype=torch.float32, device=self.device).masked_scatter(scored, values)
-        if torch.is_grad_enabled() and not values.requires_grad and hidden.requires_grad:
-            out = out + hidden.sum().float() * 0  # no completion tokens here: zero, but backward still works
         return torch.nn.functional.pad(out, (0, full_width - width))

@@ -20,12 +20,13 @@ from typing import Any, Callable, Sequence
 
 from agon.config import ConfigError
 from agon.policies import ModelLoadError, render_chat
+from agon.tasks.deepmath import looks_like_path
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def _is_local(source: str) -> bool:
-    return os.path.exists(os.path.expanduser(source)) or source.startswith(("/", ".", "~"))
+    return os.path.exists(os.path.expanduser(source)) or looks_like_path(source)
 
 
 def hub_ids(cfg: Any) -> dict[str, str]:

@@ -48,7 +48,8 @@ def selective_logps(hidden: Tensor, ids: Tensor, head: Head, temperature: float 
             out.append(checkpoint(_chunk_logps, h, i, head, temperature, use_reentrant=False))
         else:
             out.append(_chunk_logps(h, i, head, temperature))
-    return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+    # no tokens: an empty result still tied to ``hidden``, so a backward pass through it works (and adds zeros)
+    return torch.cat(out) if out else hidden.sum(-1).float()
 
 
 def full_logps(logits: Tensor, ids: Tensor, temperature: float = 1.0) -> Tensor:

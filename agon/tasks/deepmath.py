@@ -31,7 +31,7 @@ class DatasetUnavailableError(RuntimeError):
     """The dataset could not be loaded from the hub and no local copy was given."""
 
 
-def _looks_like_path(source: str) -> bool:
+def looks_like_path(source: str) -> bool:
     return source.startswith(("/", ".", "~")) or source.endswith(_EXTS) or os.sep + os.sep in source
 
 
@@ -73,7 +73,7 @@ def load_table(
         fmt = "parquet" if all(f.endswith(".parquet") for f in files) else "json"
         kwargs = {"columns": list(columns)} if fmt == "parquet" else {}
         ds = datasets.load_dataset(fmt, data_files=files, split="train", **kwargs)
-    elif _looks_like_path(source):
+    elif looks_like_path(source):
         raise FileNotFoundError(f"task.source={source!r}: no such file or directory (a local copy of {what})")
     else:
         try:
