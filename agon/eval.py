@@ -18,11 +18,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from agon import run_files
 from agon.config import Config, to_plain, validate
 
 
 def load_run_config(run_dir: Path, overrides: list[str]) -> Any:
-    saved = run_dir / ".hydra" / "config.yaml"
+    saved = run_dir / run_files.CONFIG
     if not saved.exists():
         raise FileNotFoundError(f"{saved} not found: is {run_dir} a run directory written by agon.run?")
     loaded = OmegaConf.load(saved)
@@ -59,7 +60,8 @@ def crossplay(policies, task, cfg, problems, names: list[str | None]) -> dict[tu
 def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     from agon.cascade import evaluate
     from agon.policies import build_policies, load_base
-    from agon.recorder import JsonlFile, write_json_atomic
+    from agon.recorder import JsonlFile
+    from agon.run_files import write_json_atomic
     from agon.tasks import build_task
 
     cfg = load_run_config(run_dir, overrides)
@@ -68,15 +70,15 @@ def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     try:
         model, tokenizer = load_base(cfg.model, cfg.task)
         policies = build_policies(cfg, model, tokenizer)
-        policies.load_adapters(run_dir / "adapters")
+        policies.load_adapters(run_dir / run_files.ADAPTERS)
         problems = list(task.heldout_problems())[: cfg.eval.n_problems]
         result = evaluate(policies, task, cfg, problems, step=-1, phase="reeval")
         matrix = crossplay(policies, task, cfg, problems, [*policies.adapters, None])
     finally:
         task.close()
-    out = run_dir / "reeval"
+    out = run_dir / run_files.REEVAL
     out.mkdir(exist_ok=True)
-    rows = JsonlFile(out / "eval.jsonl")
+    rows = JsonlFile(out / run_files.EVAL)
     rows.write(result.rows)
     rows.close()
     names = sorted({d for d, _ in matrix}, key=lambda n: (n == "base", n))
@@ -87,7 +89,7 @@ def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
             writer.writerow([d, *(f"{matrix[(d, a)]:.4f}" for a in names)])
     summary = {**result.metrics, "crossplay": {f"{d}>{a}": v for (d, a), v in matrix.items()},
                "time/total_s": time.time() - t0, "config": to_plain(cfg)}
-    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / run_files.SUMMARY, summary)
     print(f"[agon.eval] {run_dir}: eval/accuracy {summary['eval/accuracy']:.3f} on {len(problems)} problems x "
           f"{cfg.eval.samples} samples")
     print("cross-play (rows draft, columns answer):")

@@ -272,10 +272,12 @@ class Policies:
         top_p: float = 1.0,
         top_k: int = 0,
         batch_tokens: int = 262_144,
+        ignore_eos: bool = False,
     ) -> list[Completion]:
         """One completion per prompt (repeat prompts for a group), sampled with ``adapter`` active.
 
         Each ``generate`` call holds at most ``batch_tokens`` tokens (rows x (prompt + max_new_tokens)).
+        ``ignore_eos`` suppresses the end of turn, so every completion runs to its budget (benchmarks: equal work).
         """
         lengths = [len(x) for x in self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
         room = [max_new_tokens if self.context is None else min(max_new_tokens, self.context - n) for n in lengths]
@@ -287,13 +289,13 @@ class Policies:
             for part in token_batches([(lengths[i], max_new_tokens) for i in fits], batch_tokens):
                 rows = fits[part]
                 for i, c in zip(rows, self._generate([prompts[i] for i in rows], max_new_tokens, temperature,
-                                                     top_p, top_k)):
+                                                     top_p, top_k, ignore_eos)):
                     out[i] = c
             for i, r in enumerate(room):  # prompts too close to the end of the context: alone, with the room left
                 if r == max_new_tokens:
                     continue
                 none = Completion("", (), truncated=True)  # the prompt alone filled the context
-                c = self._generate([prompts[i]], r, temperature, top_p, top_k)[0] if r > 0 else none
+                c = self._generate([prompts[i]], r, temperature, top_p, top_k, ignore_eos)[0] if r > 0 else none
                 out[i] = dataclasses.replace(c, context_limited=True)
         self.model.train(was_training)
         return out  # type: ignore[return-value]
@@ -313,7 +315,7 @@ class Policies:
         return tuple(sorted(found, key=len, reverse=True))
 
     def _generate(self, prompts: list[str], max_new_tokens: int, temperature: float, top_p: float,
-                  top_k: int) -> list[Completion]:
+                  top_k: int, ignore_eos: bool = False) -> list[Completion]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(self.device) for k, v in enc.items()}
         gen = self.model.generate(
@@ -325,6 +327,7 @@ class Policies:
             top_k=top_k,  # 0 disables top-k (None would fall back to the model's default of 50)
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=sorted(self.end_ids),
+            min_new_tokens=max_new_tokens if ignore_eos else 0,
         )
         out = []
         for prompt, row in zip(prompts, gen[:, enc["input_ids"].shape[1]:].tolist()):

@@ -1,11 +1,6 @@
 """Everything a run writes: its files and its logger, behind one object that a non-zero rank can silence.
 
-Files in the run directory (DESIGN.md section 2, names in docs/metrics.md):
-    metrics.jsonl   one JSON line per step, append-only, ``train/step`` the key; the record W&B mirrors
-    eval.jsonl      one row per problem x sample x order x stage of every evaluation
-    samples.jsonl   rollouts: draft, recap, challenge and their rewards
-    summary.json    final metrics, git commit, package versions (written atomically)
-
+The files are the JSONL records and ``summary.json`` of ``agon.run_files`` (which says what a run directory holds).
 Lines are flushed and fsynced as they are written, so a crash loses at most the line being written; a torn last
 line is dropped on reopen. On resume, ``metrics.jsonl`` keeps only steps up to the checkpoint's step, so no step is
 logged twice. Loggers (W&B and friends) are looked up by name in ``LOGGERS``; a logger that fails is switched off
@@ -15,44 +10,17 @@ with a warning and the local files go on.
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 import tempfile
 import warnings
-from abc import ABC
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from omegaconf import DictConfig
 
-from agon.registry import Registry
-
-
-class Logger(ABC):
-    """A mirror of the run's records. The default methods do nothing (the null object)."""
-
-    def log_metrics(self, metrics: dict[str, Any], step: int) -> None:  # noqa: B027
-        pass
-
-    def log_rollouts(self, rows: list[dict[str, Any]], step: int) -> None:  # noqa: B027
-        pass
-
-    def log_summary(self, summary: dict[str, Any]) -> None:  # noqa: B027
-        pass
-
-    def finish(self, exit_code: int = 0) -> None:  # noqa: B027
-        pass
-
-
-LoggerFactory = Callable[[DictConfig, Path], Logger]
-LOGGERS: Registry[LoggerFactory] = Registry("logger.name")
-register_logger = LOGGERS.register
-
-
-@register_logger("none")
-def _null_logger(cfg: DictConfig, run_dir: Path) -> Logger:
-    return Logger()
+from agon import run_files
+from agon.loggers import LOGGERS, Logger
+from agon.run_files import jsonable, read_jsonl, write_json_atomic
 
 
 def build_logger(cfg: DictConfig, run_dir: Path) -> Logger:
@@ -66,59 +34,6 @@ def build_logger(cfg: DictConfig, run_dir: Path) -> Logger:
     except Exception as exc:  # the run must go on with its local files
         warnings.warn(f"logger {name!r} failed to start ({type(exc).__name__}: {exc}); logging locally only")
         return Logger()
-
-
-def sweep_name(sweep_dir: Path) -> str:
-    """A sweep's name: ``multirun/2026-11-30/10-00-00`` -> ``2026-11-30/10-00-00`` (the parts after ``multirun``, or
-    ``<date>/<time>`` in Hydra's layout under any base directory), else the directory's name."""
-    parts = Path(sweep_dir).resolve().parts
-    if "multirun" in parts:
-        rest = parts[len(parts) - parts[::-1].index("multirun") :]
-        if rest:
-            return "/".join(rest)
-    if len(parts) > 1 and re.fullmatch(r"\d{4}-\d{2}-\d{2}", parts[-2]):
-        return "/".join(parts[-2:])
-    return Path(sweep_dir).name
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item"):
-        return _jsonable(value.item())
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to a temporary file in the same directory, fsync, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(_jsonable(obj), f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of a JSONL file (a torn last line from a crash is skipped)."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
 
 
 class JsonlFile:
@@ -149,7 +64,7 @@ class JsonlFile:
     def write(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        self._fh.write("".join(json.dumps(_jsonable(r)) + "\n" for r in rows))
+        self._fh.write("".join(json.dumps(jsonable(r)) + "\n" for r in rows))
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
@@ -167,9 +82,9 @@ class Recorder:
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._metrics = JsonlFile(self.run_dir / "metrics.jsonl")
-        self._eval = JsonlFile(self.run_dir / "eval.jsonl")
-        self._samples = JsonlFile(self.run_dir / "samples.jsonl")
+        self._metrics = JsonlFile(self.run_dir / run_files.METRICS)
+        self._eval = JsonlFile(self.run_dir / run_files.EVAL)
+        self._samples = JsonlFile(self.run_dir / run_files.SAMPLES)
 
     def _mirror(self, method: str, *args: Any) -> None:
         try:
@@ -189,7 +104,7 @@ class Recorder:
         if self.enabled:
             row = {"train/step": step, **metrics}
             self._metrics.write([row])
-            self._mirror("log_metrics", _jsonable(row), step)
+            self._mirror("log_metrics", jsonable(row), step)
 
     def log_eval_rows(self, rows: list[dict[str, Any]]) -> None:
         if self.enabled:
@@ -200,12 +115,12 @@ class Recorder:
         if self.enabled:
             self._samples.write([{"step": step, **r} for r in rows])
             if mirror:
-                self._mirror("log_rollouts", _jsonable(rows), step)
+                self._mirror("log_rollouts", jsonable(rows), step)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         if self.enabled:
-            write_json_atomic(self.run_dir / "summary.json", summary)
-            self._mirror("log_summary", _jsonable(summary))
+            write_json_atomic(self.run_dir / run_files.SUMMARY, summary)
+            self._mirror("log_summary", jsonable(summary))
 
     def close(self, exit_code: int = 0) -> None:
         if self.enabled:

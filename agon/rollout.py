@@ -29,6 +29,8 @@ class Sampling:
     top_k: int = 0
     # most tokens one generate call holds: rows x (prompt + max_new_tokens)
     batch_tokens: int = 262_144
+    # suppress the end of turn so every completion runs to max_new_tokens (benchmarks that must do equal work)
+    ignore_eos: bool = False
 
     @classmethod
     def from_config(cls, node: Any) -> "Sampling":
@@ -90,7 +92,7 @@ def _attempts(policies: Policies, task: Task, adapter: str | None, problems: Seq
               prompts: Sequence[str], sampling: Sampling) -> list[Attempt]:
     completions = policies.sample(prompts, adapter, max_new_tokens=sampling.max_new_tokens,
                                   temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                                  batch_tokens=sampling.batch_tokens)
+                                  batch_tokens=sampling.batch_tokens, ignore_eos=sampling.ignore_eos)
     verdicts = task.verify(problems, [c.text for c in completions])
     return [Attempt(p, c, v) for p, c, v in zip(prompts, completions, verdicts, strict=True)]
 

@@ -1,6 +1,6 @@
 """W&B mirror of a run's records (``logger=wandb``, the default). The run directory stays the source of truth.
 
-What one run becomes in W&B (conventions in research/ecosystem.md):
+What one run becomes in W&B (the conventions of W&B's own sweep and grouping guides):
     project   ``logger.project`` ("agon"); entity ``logger.entity`` or W&B's default
     group     ``logger.group`` if set, else the sweep (multirun) name such as ``2026-11-30/10-00-00``,
               else ``experiment``; cells x seeds of one sweep aggregate in one group
@@ -43,7 +43,8 @@ import wandb
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from agon.recorder import Logger, register_logger, sweep_name
+from agon.loggers import Logger, register_logger
+from agon.run_files import sweep_name
 
 log = logging.getLogger(__name__)
 

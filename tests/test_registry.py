@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agon.grpo import LOSSES
-from agon.recorder import LOGGERS
+from agon.loggers import LOGGERS
 from agon.registry import Registry
 from agon.rewards import REWARD_MODES
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agon.recorder import read_jsonl
+from agon.run_files import read_jsonl
 from agon.run import run
 from tests.conftest import SMALL_RUN, TEST_WORLD, compose_config
 

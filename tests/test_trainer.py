@@ -16,7 +16,8 @@ import torch
 
 from agon.grpo import group_advantages, masked_mean, policy_loss
 from agon.policies import Policies
-from agon.recorder import Recorder, read_jsonl
+from agon.recorder import Recorder
+from agon.run_files import read_jsonl
 from agon.rewards import compute_rewards
 from agon.tasks import Verdict, build_task
 from agon.trainer import Trainer, TrainingError, adapter_divergence, roles

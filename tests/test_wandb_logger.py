@@ -18,7 +18,8 @@ from omegaconf import OmegaConf
 
 import agon.config  # noqa: F401  (registers the schemas)
 import agon.wandb_logger as wl
-from agon.recorder import Logger, Recorder, build_logger
+from agon.loggers import Logger
+from agon.recorder import Recorder, build_logger
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CELL = "0_exchange=visible,reward=competitive"
