@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 # run directory or multirun root for `make figures` (default: the newest multirun)
 RUNS ?=
+# processes of `make run-ddp`: one per GPU (on a machine without GPUs, CPU processes talking over gloo)
+NPROC ?= 2
 
 .DEFAULT_GOAL := help
 
@@ -26,6 +28,10 @@ install: $(STAMP) ## create .venv and install agon with its dependencies
 
 run: install ## run the default job (Agon on the offline world)
 	$(PY) -m agon.run $(ARGS)
+
+run-ddp: install ## the default job across NPROC processes (accelerate launch; NCCL on GPUs, gloo on CPU)
+	$(VENV)/bin/accelerate launch --multi_gpu --num_processes $(NPROC) --num_machines 1 --mixed_precision no \
+		--dynamo_backend no -m agon.run $(ARGS)
 
 test: install ## run the fast test suite (CPU, no network)
 	$(PY) -m pytest -q -m "not slow and not gpu" $(ARGS)
@@ -57,4 +63,4 @@ config: install ## print the resolved default config
 clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
 	rm -rf outputs multirun figures smoke-real .pytest_cache
 
-.PHONY: help install run test test-full sweep figures mutation bench smoke-real bench-gpu config clean
+.PHONY: help install run run-ddp test test-full sweep figures mutation bench smoke-real bench-gpu config clean

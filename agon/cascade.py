@@ -6,17 +6,20 @@ The drafts of a cascade are each adapter alone on the plain prompt, so solo accu
 Conversion is P(final right | draft wrong) and regression P(final wrong | draft right), pooled over the headline
 orders. The headline (``eval/accuracy``) is, per method:
 
-    agon         mean of A>B and B>A (rotation=alternate); A>B (rotation=fixed)
-    self_refine  A>A: one adapter drafts and answers its own recap
-    moa          base>base: the untrained base run as the cascade
-    grpo         A alone
+    Agon         mean of A>B and B>A (rotation=alternate); A>B (rotation=fixed)
+    self-refine  A>A: one adapter drafts and answers its own recap
+    MoA          base>base: the untrained base run as the cascade
+    GRPO         A alone
+
+(each method declares its pairs and headline: ``methods.Method.evaluation``).
 
 The second stage sees the recap under ``exchange=visible`` and the plain prompt under ``exchange=hidden``, the same
 information it had in training. Keys that do not apply to a method are None (null in summary.json).
 
 Playing and scoring are separate: ``evaluate`` plays the pipelines, then ``summarise``, a pure function of the
 played games, builds the eval.jsonl rows and the metrics, so the definitions above can be checked on games built
-by hand (tests/test_cascade.py) and the analysis fixtures are written by the same code.
+by hand (tests/test_cascade.py) and the analysis fixtures are written by the same code. With several processes,
+each rank plays its share of the problems (``rollout.play_split``) and every rank summarises the whole games.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from agon.distributed import Ranks
+from agon.methods import get_method
 from agon.policies import Policies
-from agon.rollout import Attempt, Game, Sampling, play
+from agon.rollout import Attempt, Game, Sampling, play_split
 from agon.tasks import Problem, Task
 
 NAMES = {None: "base"}
@@ -38,19 +43,6 @@ def _name(adapter: str | None) -> str:
 def order_name(drafter: str | None, answerer: str | None | bool) -> str:
     """``A>B`` for a cascade, the drafter's name alone when ``answerer`` is False (drafts only)."""
     return _name(drafter) if answerer is False else f"{_name(drafter)}>{_name(answerer)}"
-
-
-def pipelines(method: str, rotation: str) -> tuple[list[tuple[str | None, str | None | bool]], list[str]]:
-    """(the (drafter, answerer) pairs to play, the headline order names). ``False`` answerer: drafts only."""
-    if method == "agon":
-        return [("A", "B"), ("B", "A")], (["A>B", "B>A"] if rotation == "alternate" else ["A>B"])
-    if method == "self_refine":
-        return [("A", "A")], ["A>A"]
-    if method == "moa":
-        return [(None, None)], ["base>base"]
-    if method == "grpo":
-        return [("A", False)], ["A"]
-    raise KeyError(f"unknown method {method!r}")
 
 
 @dataclass
@@ -69,16 +61,16 @@ def _accuracy(attempts: Sequence[Attempt] | None) -> float | None:
 
 
 def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Problem], step: int,
-             phase: str) -> EvalResult:
+             phase: str, ranks: Ranks = Ranks()) -> EvalResult:
     """Play every pipeline of ``cfg.method`` on ``problems`` x ``cfg.eval.samples``; metrics and eval.jsonl rows."""
     e = cfg.eval
     sampling = Sampling.from_config(e)
-    plays, headline = pipelines(cfg.method.name, cfg.rotation.mode)
-    games = {order_name(drafter, answerer): play(policies, task, cfg.model, problems, drafter=drafter,
-                                                 challenger=answerer, exchange=cfg.exchange.mode,
-                                                 group_size=e.samples, sampling=sampling)
-             for drafter, answerer in plays}
-    return summarise(games, headline, step=step, phase=phase)
+    evaluation = get_method(cfg.method.name).evaluation(cfg.rotation.mode)
+    games = {order_name(drafter, answerer): play_split(ranks, policies, task, cfg.model, problems, drafter=drafter,
+                                                       challenger=answerer, exchange=cfg.exchange.mode,
+                                                       group_size=e.samples, sampling=sampling)[0]
+             for drafter, answerer in evaluation.plays}
+    return summarise(games, evaluation.headline, step=step, phase=phase)
 
 
 def summarise(games: Mapping[str, Game], headline: Sequence[str], *, step: int, phase: str) -> EvalResult:

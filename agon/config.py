@@ -11,6 +11,9 @@ which keeps the config printable and the lookup in one place.
 
 from __future__ import annotations
 
+import datetime
+import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -162,9 +165,9 @@ class CodeContestsTaskConfig(TaskConfig):
 
 @dataclass
 class MethodConfig:
-    # agon | grpo | self_refine | moa
+    # a name registered in agon.methods: agon | grpo | self_refine | moa
     name: str = "agon"
-    # False skips training (moa: the untrained base run as the cascade)
+    # False skips training (evaluate the untrained adapters); a method that never trains ignores it
     train: bool = True
 
 
@@ -337,10 +340,24 @@ def safe_dirname(name: str, limit: int = 160) -> str:
     return f"{name[: limit - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
+# seconds since the epoch at launch, shared by every process of a multi-process run (agon.run sets it from rank 0)
+LAUNCH_TIME_ENV = "AGON_LAUNCH_TIME"
+_PROCESS_START = time.time()
+
+
+def launch_time(pattern: str) -> str:
+    """The launch time formatted with ``pattern`` (``strftime``): ``AGON_LAUNCH_TIME`` when set, else when this
+    process started. Hydra's output directories use it, so the ranks of one launch share theirs."""
+    stamp = float(os.environ.get(LAUNCH_TIME_ENV) or _PROCESS_START)
+    return datetime.datetime.fromtimestamp(stamp).strftime(pattern)
+
+
 def register_configs() -> None:
     """Store the top-level schema and one schema per group option family (YAML files extend them)."""
     if not OmegaConf.has_resolver("safe_dirname"):
         OmegaConf.register_new_resolver("safe_dirname", safe_dirname)
+    if not OmegaConf.has_resolver("launch_time"):
+        OmegaConf.register_new_resolver("launch_time", launch_time)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for group, entries in GROUP_SCHEMAS.items():
@@ -355,11 +372,9 @@ register_configs()
 # cross-field checks
 
 
-METHODS = ("agon", "grpo", "self_refine", "moa")
 EXCHANGES = ("visible", "hidden")
 ROTATIONS = ("alternate", "fixed")
 INITS = ("divergent", "symmetric")
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
 SCALE_REWARDS = ("group", "batch", "none")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -371,12 +386,14 @@ def _one_of(key: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Checks that need more than one key or a registry. Raises ConfigError naming the full key."""
+    from agon.distributed import launched_world_size
     from agon.grpo import LOSSES
+    from agon.methods import METHODS
     from agon.rewards import REWARD_MODES
     from agon.tasks import TASKS
 
     t, e = cfg.trainer, cfg.eval
-    _one_of("method.name", cfg.method.name, METHODS)
+    _one_of("method.name", cfg.method.name, list(METHODS))
     _one_of("reward.name", cfg.reward.name, list(REWARD_MODES))
     _one_of("exchange.mode", cfg.exchange.mode, EXCHANGES)
     _one_of("rotation.mode", cfg.rotation.mode, ROTATIONS)
@@ -420,6 +437,10 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("trainer.epsilon and trainer.epsilon_high must be > 0")
     if e.every < 0:
         raise ConfigError(f"eval.every={e.every} must be >= 0")
+    world = launched_world_size()
+    if t.prompts_per_step % world:
+        raise ConfigError(f"trainer.prompts_per_step={t.prompts_per_step} must be a multiple of the {world} processes "
+                          "launched (each plays whole groups of an equal share)")
     if cfg.exchange.mode == "visible" and "{recap}" not in cfg.task.challenge_template:
         raise ConfigError("task.challenge_template must contain {recap} under exchange=visible")
 

@@ -41,25 +41,38 @@ class Advantages:
     zero_std: Tensor
 
 
-def group_advantages(rewards: Tensor, group_size: int, scale_rewards: str = "group", eps: float = 1e-4) -> Advantages:
+def group_advantages(rewards: Tensor, group_ids: Tensor, scale_rewards: str = "group",
+                     eps: float = 1e-4) -> Advantages:
     """Group-relative advantages, TRL semantics.
 
     Args:
-        rewards: [B] float, B = groups * group_size, consecutive rows form a group. NaN marks an unscorable
-            completion: it is left out of its group's mean and std and gets advantage 0.
-        group_size: completions per group (G).
+        rewards: [B] float. NaN marks an unscorable completion: it is left out of its group's mean and std and gets
+            advantage 0.
+        group_ids: [B] long, the group (problem) of each row. A group's rows need not be contiguous, and a batch
+            may hold any subset of groups (filtered groups are simply absent).
         scale_rewards: "group" divides by the group's std, "batch" by the std over the whole batch, "none" not at all.
         eps: added to the std before dividing.
 
     Returns:
         Advantages with ``advantages`` [B] and ``zero_std`` [B].
     """
-    if rewards.dim() != 1 or rewards.numel() % group_size:
-        raise ValueError(f"rewards must be [groups*{group_size}], got shape {tuple(rewards.shape)}")
-    grouped = rewards.view(-1, group_size)  # [groups, G]
-    mean = torch.nanmean(grouped, dim=1).repeat_interleave(group_size)  # [B]
+    if rewards.dim() != 1 or group_ids.shape != rewards.shape:
+        raise ValueError(f"rewards [B] and group_ids [B] needed, got {tuple(rewards.shape)} and "
+                         f"{tuple(group_ids.shape)}")
+    _, index = torch.unique(group_ids, return_inverse=True)  # [B] in 0..groups-1
+    groups = int(index.max()) + 1 if index.numel() else 0
+    valid = ~torch.isnan(rewards)  # [B]
+    filled = torch.where(valid, rewards, torch.zeros_like(rewards))  # [B]
+    count = torch.zeros(groups, dtype=rewards.dtype).index_add_(0, index, valid.to(rewards.dtype))  # [groups]
+    total = torch.zeros(groups, dtype=rewards.dtype).index_add_(0, index, filled)  # [groups]
+    group_mean = total / count  # [groups], NaN for an all-NaN group
+    mean = group_mean[index]  # [B]
     if scale_rewards in ("group", "none"):
-        std = nanstd(grouped, dim=1).repeat_interleave(group_size)  # [B]
+        sq = torch.where(valid, (rewards - mean) ** 2, torch.zeros_like(rewards))  # [B]
+        ss = torch.zeros(groups, dtype=rewards.dtype).index_add_(0, index, sq)  # [groups]
+        # Bessel-corrected, NaN below 2 values, in nanstd's order of operations (bitwise the same advantages)
+        var = (ss / count) * torch.where(count > 1, count / (count - 1), torch.full_like(ss, float("nan")))
+        std = var.sqrt()[index]  # [B]
     elif scale_rewards == "batch":
         std = (nanstd(rewards) if rewards.numel() > 1 else torch.zeros(())).expand_as(rewards)  # [B]
     else:

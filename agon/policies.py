@@ -17,7 +17,8 @@ scoring call holds prompt plus completion). At 8k-token traces that is a handful
 world the whole batch fits in one. A row whose prompt leaves less than ``max_new_tokens`` of the model's context is
 sampled alone with the room left, and one with no room is not sampled at all; both are marked ``context_limited``.
 
-Left out on purpose: vLLM and multi-process sharding (``accelerate``); the same interface is the place to add them.
+Left out on purpose: vLLM; the same interface is the place to add it. Processes are the trainer's business: every
+rank holds its own ``Policies`` on its own device (``load_base(device=...)``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -56,6 +58,27 @@ class Completion:
     @property
     def n_tokens(self) -> int:
         return len(self.token_ids)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Prompts and completions as tensors, on the CPU (``token_logps`` moves each micro-batch to the model)."""
+
+    prompt_ids: torch.Tensor  # [B, P] long, left-padded
+    prompt_mask: torch.Tensor  # [B, P] long
+    completion_ids: torch.Tensor  # [B, T] long, right-padded
+    completion_mask: torch.Tensor  # [B, T] long, 1 on completion tokens
+
+    def __getitem__(self, rows: slice) -> "Tokens":
+        return Tokens(self.prompt_ids[rows], self.prompt_mask[rows], self.completion_ids[rows],
+                      self.completion_mask[rows])
+
+    def __len__(self) -> int:
+        return self.prompt_ids.size(0)
+
+    def widths(self) -> list[tuple[int, int]]:
+        """(prompt tokens, completion tokens) of every row, what ``token_batches`` cuts by."""
+        return list(zip(self.prompt_mask.sum(1).tolist(), self.completion_mask.sum(1).tolist()))
 
 
 def render_chat(tokenizer: Any, user: str, system: str | None = None, enable_thinking: bool = True) -> str:
@@ -107,8 +130,9 @@ def load_tokenizer(model_cfg: Any) -> tuple[Any, int | None]:
         raise _load_error(source, model_cfg, exc) from None
 
 
-def load_base(model_cfg: Any, task_cfg: Any = None, log=print):
-    """(model, tokenizer) from the offline world (``name: tiny``), a local path, or the hub."""
+def load_base(model_cfg: Any, task_cfg: Any = None, log=print, device: str | torch.device | None = None):
+    """(model, tokenizer) from the offline world (``name: tiny``), a local path, or the hub, on ``device``
+    (default: ``model.device``, where ``auto`` is the GPU when there is one)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if model_cfg.name == "tiny" and not model_cfg.path:
@@ -122,10 +146,7 @@ def load_base(model_cfg: Any, task_cfg: Any = None, log=print):
         model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[model_cfg.dtype])
     except OSError as exc:
         raise _load_error(source, model_cfg, exc) from None
-    device = model_cfg.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    model.to(device)
+    model.to(device or resolve_device(model_cfg.device))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     for p in model.parameters():
@@ -133,15 +154,17 @@ def load_base(model_cfg: Any, task_cfg: Any = None, log=print):
     return model, tokenizer
 
 
-def adapter_names(method: str) -> list[str]:
-    """Agon trains two adapters; every other method one (moa's stays untouched: the base)."""
-    return ["A", "B"] if method == "agon" else ["A"]
+def resolve_device(choice: str) -> str:
+    """``model.device``: ``auto`` is cuda when available, else cpu; anything else as given."""
+    return ("cuda" if torch.cuda.is_available() else "cpu") if choice == "auto" else choice
 
 
 def build_policies(cfg: Any, model, tokenizer) -> "Policies":
     """The run's adapters on ``model``, initialised as ``cfg.init`` says: ``divergent`` gives B's ``lora_B`` a
     seeded Gaussian perturbation (seed ``init.seed + seed``), ``symmetric`` leaves both at PEFT's zero init."""
-    policies = Policies(model, tokenizer, adapter_names(cfg.method.name), cfg.model.lora,
+    from agon.methods import get_method
+
+    policies = Policies(model, tokenizer, get_method(cfg.method.name).adapters, cfg.model.lora,
                         cfg.model.gradient_checkpointing)
     if "B" in policies.adapters and cfg.init.mode == "divergent":
         policies.perturb("B", cfg.init.std, seed=cfg.init.seed + cfg.seed)
@@ -213,6 +236,35 @@ class Policies:
                 yield
         finally:
             self._activate(previous)
+
+    def digest(self) -> str:
+        """sha256 of every adapter's weights (names and bytes): equal digests, bitwise-equal adapters."""
+        h = hashlib.sha256()
+        for name in self.adapters:
+            for key, value in sorted(self.lora_state(name).items()):
+                h.update(key.encode())
+                h.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
+
+    def divergence(self, a: str = "A", b: str = "B") -> float:
+        """Sum over LoRA modules of ||dW_a - dW_b||_F / (||dW_a||_F + ||dW_b||_F): 0 identical, 1 unrelated or
+        opposed. With dW = s B A (rank r), every norm comes from r x r products (B_a^T B_b and A_a A_b^T), never
+        from the [out, in] deltas themselves, so it costs nothing next to a step even at Qwen3's widths."""
+        num = den = 0.0
+        with torch.no_grad():
+            for module in self.model.modules():
+                if not (hasattr(module, "lora_A") and a in module.lora_A and b in module.lora_A):
+                    continue
+                A = {n: module.lora_A[n].weight.double() for n in (a, b)}  # [r, in]
+                B = {n: module.lora_B[n].weight.double() * module.scaling[n] for n in (a, b)}  # [out, r]
+
+                def inner(x: str, y: str) -> torch.Tensor:  # <dW_x, dW_y>_F = tr((B_x^T B_y)(A_y A_x^T))
+                    return ((B[x].T @ B[y]) * (A[x] @ A[y].T)).sum()
+
+                aa, bb, ab = inner(a, a), inner(b, b), inner(a, b)
+                num += float((aa + bb - 2 * ab).clamp(min=0).sqrt())
+                den += float(aa.clamp(min=0).sqrt() + bb.clamp(min=0).sqrt())
+        return num / den if den > 0 else 0.0
 
     def perturb(self, adapter: str, std: float, seed: int) -> None:
         """Seeded Gaussian noise on ``adapter``'s ``lora_B`` (PEFT's init leaves it zero, even 'gaussian')."""
@@ -345,7 +397,7 @@ class Policies:
 
     # -- scoring -------------------------------------------------------------------------------------------------
 
-    def batch_tensors(self, prompts: Sequence[str], completions: Sequence[Completion]) -> dict[str, torch.Tensor]:
+    def batch_tensors(self, prompts: Sequence[str], completions: Sequence[Completion]) -> Tokens:
         """Left-padded prompts and right-padded completions as tensors: ids and masks [B, P] and [B, T]."""
         enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
         width = max(1, max(c.n_tokens for c in completions))
@@ -354,8 +406,7 @@ class Policies:
         for i, c in enumerate(completions):
             ids[i, : c.n_tokens] = torch.tensor(c.token_ids, dtype=torch.long)
             mask[i, : c.n_tokens] = 1
-        return {"prompt_ids": enc["input_ids"], "prompt_mask": enc["attention_mask"],
-                "completion_ids": ids, "completion_mask": mask}
+        return Tokens(enc["input_ids"], enc["attention_mask"], ids, mask)
 
     def _decoder_and_head(self):
         """The base's decoder stack (final norm included) and its output head, run apart so that the head sees a
@@ -365,15 +416,14 @@ class Policies:
         cap = getattr(base.config, "final_logit_softcapping", None)  # Gemma-style models squash their logits
         return base.get_decoder(), (lambda h: torch.tanh(head(h) / cap) * cap) if cap else head
 
-    def token_logps(self, batch: dict[str, torch.Tensor], rows: slice | None = None,
+    def token_logps(self, batch: Tokens, rows: slice | None = None,
                     temperature: float = 1.0, chunk_tokens: int = 512) -> torch.Tensor:
         """Log-probabilities of the completion tokens under the active adapter, [b, T] for the selected rows (0 on
         padding), from logits divided by the sampling temperature (as TRL does), so they are the sampler's
         probabilities. The selected rows are cut to their own widest prompt and completion first, so a micro-batch
         of short completions pays for its own length; the output head sees ``chunk_tokens`` tokens at a time."""
-        rows = rows or slice(None)
-        p_ids, p_mask = batch["prompt_ids"][rows], batch["prompt_mask"][rows]
-        c_ids, c_mask = batch["completion_ids"][rows], batch["completion_mask"][rows]
+        part = batch[rows or slice(None)]
+        p_ids, p_mask, c_ids, c_mask = part.prompt_ids, part.prompt_mask, part.completion_ids, part.completion_mask
         full_width = c_ids.size(1)
         first = int(p_mask.any(0).int().argmax())  # columns before it are left padding in every row
         width = max(1, int(c_mask.sum(1).max()))

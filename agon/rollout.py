@@ -7,6 +7,8 @@ or from the plain prompt (``exchange=hidden``: the rival is out of context, its 
 Rows are ordered problem-major, so each problem's ``group_size`` rows are one GRPO group for either role.
 
 Adapter names are the ones in ``Policies``; ``None`` plays the untrained base (the mixture-of-agents baseline).
+``play_split`` is ``play`` across processes: each rank plays its share of the problems, and every rank gets the
+whole game back.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
+from agon.distributed import Ranks
 from agon.policies import Completion, Policies
 from agon.rewards import Outcome
 from agon.tasks import Problem, Task, Verdict
@@ -66,6 +69,18 @@ class Game:
     drafter: str | None
     challenger: str | None
     group_size: int
+
+    @classmethod
+    def concat(cls, games: Sequence["Game"]) -> "Game":
+        """One game of several played by the same roles (the ranks' shares of a step, in rank order)."""
+        if len(games) == 1:
+            return games[0]
+        first = games[0]
+        return cls([r for g in games for r in g.rounds], first.drafter, first.challenger, first.group_size)
+
+    def group_ids(self) -> torch.Tensor:
+        """[B] long: the GRPO group (problem) of each row."""
+        return torch.arange(len(self.rounds)) // self.group_size
 
     def attempts(self, role: str) -> list[Attempt]:
         return [r.draft if role == "drafter" else r.challenge for r in self.rounds]  # type: ignore[misc]
@@ -130,3 +145,13 @@ def play(
     challenges = _attempts(policies, task, challenger, rows, prompts, sampling)  # type: ignore[arg-type]
     rounds = [Round(p, d, r, c) for p, d, r, c in zip(rows, drafts, recaps, challenges)]
     return Game(rounds, drafter, challenger, group_size)  # type: ignore[arg-type]
+
+
+def play_split(ranks: Ranks, policies: Policies, task: Task, model_cfg: Any, problems: Sequence[Problem],
+               **kwargs: Any) -> tuple[Game, slice]:
+    """``play`` of this rank's share of ``problems`` (``ranks.split``: whole groups); returns the whole game, every
+    rank's rounds in problem order, and this rank's rows of it. One process: ``play`` itself, all rows."""
+    mine = play(policies, task, model_cfg, ranks.split(problems), **kwargs)
+    games = ranks.gather(mine)
+    start = sum(len(g.rounds) for g in games[: ranks.rank])
+    return Game.concat(games), slice(start, start + len(mine.rounds))

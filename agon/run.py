@@ -1,14 +1,20 @@
 """Entry point: ``python -m agon.run [overrides]`` (``-m`` for a sweep). Compose, validate, train, evaluate, write.
 
 The config is checked (``config.validate``) before any model loads. Each run writes into its Hydra output directory
-(DESIGN.md section 2); the recorder is closed in ``finally`` so a failing cell of a multirun still finishes its W&B
-run and the next cell starts clean.
+(what it holds: ``agon.run_files``); the recorder is closed in ``finally`` so a failing cell of a multirun still
+finishes its W&B run and the next cell starts clean.
+
+Several processes: ``accelerate launch --multi_gpu --num_processes N -m agon.run [overrides]`` (``make run-ddp``).
+Every rank composes the same config; rank 0's launch time names the output directory of all of them, and rank 0
+alone writes files, checkpoints and W&B (``agon.distributed`` says how the work is shared).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.metadata
+import os
 import subprocess
 import sys
 import time
@@ -19,7 +25,9 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from agon.config import to_plain, validate
+from agon import run_files
+from agon.config import LAUNCH_TIME_ENV, to_plain, validate
+from agon.distributed import Ranks, launched_world_size
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "hydra-core", "omegaconf", "wandb", "datasets",
             "math-verify", "reasoning-gym", "tokenizers")
@@ -61,8 +69,19 @@ def _overrides() -> str:
         return ""
 
 
+@contextlib.contextmanager
+def _main_first(ranks: Ranks):
+    """Rank 0 runs the block first (building the offline world, filling dataset caches), then the others."""
+    if not ranks.is_main:
+        ranks.barrier()
+    yield
+    if ranks.is_main:
+        ranks.barrier()
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; returns the summary written to ``summary.json``."""
+    from agon.methods import get_method
     from agon.policies import build_policies, load_base, load_tokenizer
     from agon.preflight import check_context, check_sources
     from agon.recorder import Recorder, build_logger
@@ -72,26 +91,35 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg)
     check_sources(cfg)
     t0 = time.time()
-    run_dir = _run_dir(cfg)
+    method = get_method(cfg.method.name)
+    ranks = Ranks.from_env(cfg.model.device)
+    run_dir = Path(ranks.share(str(_run_dir(cfg))))
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    recorder = Recorder(run_dir, build_logger(cfg, run_dir))
+    recorder = Recorder(run_dir, build_logger(cfg, run_dir) if ranks.is_main else None, enabled=ranks.is_main)
     task, exit_code = None, 1
     try:
-        task = build_task(cfg.task)
-        check_context(cfg, task, *load_tokenizer(cfg.model))
-        model, tokenizer = load_base(cfg.model, cfg.task)
+        with _main_first(ranks):
+            task = build_task(cfg.task)
+            check_context(cfg, task, *load_tokenizer(cfg.model))
+            model, tokenizer = load_base(cfg.model, cfg.task, device=ranks.device)
         policies = build_policies(cfg, model, tokenizer)
-        trainer = Trainer(cfg, policies, task, recorder, run_dir)
+        if ranks.world > 1:
+            ranks.broadcast_([p for name in policies.adapters for p in policies.parameters(name)])
+            torch.manual_seed(cfg.seed + ranks.rank)  # each rank samples its own completions
+        trainer = Trainer(cfg, policies, task, recorder, run_dir, log=print if ranks.is_main else _quiet,
+                          ranks=ranks)
         if cfg.trainer.resume and trainer.resume_latest():
             start = _start_metrics(run_dir)
         else:
             start = trainer.evaluate("start").metrics if cfg.eval.at_start else {}
-        if cfg.method.train:
-            trainer.train(progress=cfg.progress)
+        trains = method.trains and cfg.method.train
+        if trains:
+            trainer.train(progress=cfg.progress and ranks.is_main)
         final = trainer.evaluate("final").metrics
-        policies.save_adapters(run_dir / "adapters")
-        if cfg.method.train and trainer.state.step:
+        if ranks.is_main:
+            policies.save_adapters(run_dir / run_files.ADAPTERS)
+        if trains and trainer.state.step:
             trainer.save_checkpoint()
         summary = {
             **final,
@@ -100,15 +128,21 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "train/generated_tokens": trainer.state.generated_tokens,
             "train/verifier_failures": trainer.state.verifier_failures,
             "train/warnings": trainer.state.warnings,
+            # one per process: equal, or adapter_digests would have stopped the run
+            "train/adapter_sha256": trainer.adapter_digests(),
+            "train/processes": ranks.world,
             "time/train_s": trainer.state.train_seconds,
             "time/total_s": time.time() - t0,
             "method": cfg.method.name, "reward": cfg.reward.name, "exchange": cfg.exchange.mode,
             "rotation": cfg.rotation.mode, "init": cfg.init.mode, "task": cfg.task.name, "model": cfg.model.name,
+            # what analysis/ needs to name and pool the cell: the axes that change what this method does
+            "method_axes": list(method.axes), "method_label": method.label,
             "experiment": cfg.experiment, "seed": cfg.seed, "overrides": _overrides(),
             "git_commit": _git_commit(), "versions": _versions(), "config": to_plain(cfg),
         }
         recorder.write_summary(summary)
-        _report(summary)
+        if ranks.is_main:
+            _report(summary)
         exit_code = 0
         return summary
     finally:
@@ -120,11 +154,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             torch.cuda.empty_cache()
 
 
+def _quiet(*_: Any) -> None:
+    pass
+
+
 def _start_metrics(run_dir: Path) -> dict[str, Any]:
     """The evaluation before training, as the interrupted run logged it."""
-    from agon.recorder import read_jsonl
-
-    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["train/step"] == 0 and "eval/accuracy" in r]
+    rows = run_files.read_jsonl(run_dir / run_files.METRICS)
+    rows = [r for r in rows if r["train/step"] == 0 and "eval/accuracy" in r]
     return rows[0] if rows else {}
 
 
@@ -139,9 +176,19 @@ def _report(s: dict[str, Any]) -> None:
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> float | None:
+def hydra_main(cfg: DictConfig) -> float | None:
     OmegaConf.set_readonly(cfg, True)
     return run(cfg)["eval/accuracy"]
+
+
+def main() -> None:
+    if launched_world_size() > 1:
+        # before Hydra names the output directory: every rank takes rank 0's launch time, so all name the same one
+        ranks = Ranks.from_env()
+        os.environ[LAUNCH_TIME_ENV] = str(ranks.share(os.environ.get(LAUNCH_TIME_ENV) or time.time()))
+        if not ranks.is_main:  # rank 0 writes .hydra/ and the log; the others would only write them again
+            sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+    hydra_main()
 
 
 if __name__ == "__main__":

@@ -1,20 +1,19 @@
-"""The step loop shared by every method: choose roles, play a game, reward it, update each role's adapter.
+"""The step loop shared by every method: ask the method for the step's roles, play, reward, update each adapter.
 
 One step on a batch of ``prompts_per_step`` problems:
-  1. roles from the rotation (Agon alternate: A drafts on even steps, B on odd; fixed: A always drafts;
-     self_refine: A plays both; grpo: A drafts alone);
-  2. ``rollout.play``: ``num_generations`` drafts per problem, their recaps, one challenge per draft;
-  3. rewards from the registry (``rewards.compute_rewards``), each role's rows grouped per problem;
-  4. GRPO per role (``grpo.group_advantages`` + ``grpo.policy_loss``) with the role's adapter active; every adapter
-     that played a role steps its own optimizer, after a per-adapter gradient clip.
+  1. roles from the method (``methods.get_method(method.name).turn``);
+  2. ``rollout.play``: ``num_generations`` drafts per problem, their recaps, one challenge per draft; with several
+     processes each rank plays its share of the problems and the ranks exchange their games (``distributed``);
+  3. rewards from the registry (``rewards.compute_rewards``) on the whole batch;
+  4. GRPO per role on this rank's rows (``role_batch.role_batches``, ``grpo.policy_loss``) with the role's adapter
+     active, then the gradient bookkeeping (sum over ranks, per-adapter clip, non-finite check), then each adapter
+     that played a role steps its own optimizer.
 
 Everything that must survive a restart lives in ``TrainState`` plus the optimizers, the adapters and the RNGs;
 ``save_checkpoint`` commits all of it atomically (written to a temporary directory, renamed, then ``latest``
-rewritten last) and ``load_checkpoint`` restores it. A non-finite gradient skips the update and is counted; too
-many in a row abort the run before anything non-finite reaches the weights or a checkpoint.
-
-Left out on purpose: multi-process training (``accelerate``). The recorder is the only writer, so a rank other
-than 0 only has to get a disabled recorder.
+rewritten last) and ``load_checkpoint`` restores it. Only rank 0 writes; every rank checks first that its adapters
+are bitwise those of rank 0. A non-finite gradient skips the update and is counted; too many in a row abort the
+run before anything non-finite reaches the weights or a checkpoint.
 """
 
 from __future__ import annotations
@@ -23,24 +22,27 @@ import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from agon.cascade import EvalResult, evaluate
-from agon.grpo import group_advantages, masked_mean, policy_loss
+from agon.distributed import Ranks
+from agon.grpo import masked_mean, policy_loss
 from agon.health import LearningWatch
-from agon.policies import Policies, token_batches
+from agon.methods import get_method
+from agon.policies import Policies
 from agon.recorder import Recorder
 from agon.rewards import RoleRewards, compute_rewards
-from agon.rollout import Attempt, Game, Sampling, play
+from agon.role_batch import RoleBatch, role_batches
+from agon.rollout import Game, Sampling, play_split
 from agon.tasks import Problem, Task
 
 
 class TrainingError(RuntimeError):
-    """The run cannot go on (too many non-finite steps in a row)."""
+    """The run cannot go on (too many non-finite steps in a row, ranks that no longer agree)."""
 
 
 @dataclass
@@ -56,41 +58,18 @@ class TrainState:
     warnings: list[str] = field(default_factory=list)
 
 
-def roles(method: str, rotation: str, step: int) -> tuple[str, str | bool]:
-    """(drafter, challenger) adapters for ``step``; challenger False means no challenge (vanilla GRPO)."""
-    if method == "grpo":
-        return "A", False
-    if method == "self_refine":
-        return "A", "A"
-    if method == "agon":
-        return ("A", "B") if rotation == "fixed" or step % 2 == 0 else ("B", "A")
-    raise KeyError(f"method {method!r} does not train")
-
-
-def adapter_divergence(policies: Policies) -> float:
-    """Sum over LoRA modules of ||dW_A - dW_B||_F / (||dW_A||_F + ||dW_B||_F): 0 identical, 1 unrelated or opposed."""
-    num = den = 0.0
-    with torch.no_grad():
-        for module in policies.model.modules():
-            if hasattr(module, "lora_A") and "A" in module.lora_A and "B" in module.lora_A:
-                d = {n: module.lora_B[n].weight.float() @ module.lora_A[n].weight.float() * module.scaling[n]
-                     for n in ("A", "B")}
-                num += float((d["A"] - d["B"]).norm())
-                den += float(d["A"].norm() + d["B"].norm())
-    return num / den if den > 0 else 0.0
-
-
 class Trainer:
     def __init__(self, cfg: Any, policies: Policies, task: Task, recorder: Recorder, run_dir: Path,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], None] = print, ranks: Ranks = Ranks()):
         self.cfg, self.t = cfg, cfg.trainer
         self.policies, self.task, self.recorder, self.run_dir, self.log = policies, task, recorder, run_dir, log
+        self.ranks, self.method = ranks, get_method(cfg.method.name)
         self.state = TrainState()
         self.pool = task.train_problems()
         self._order: list[int] = []
         self._order_epoch: int | None = None
         self.heldout = list(task.heldout_problems())[: cfg.eval.n_problems]
-        # one optimizer per adapter (policies.adapter_names: A and B for agon, A alone otherwise)
+        # one optimizer per adapter the method owns
         self.optimizers = {
             name: torch.optim.AdamW(policies.parameters(name), lr=self.t.learning_rate,
                                     weight_decay=self.t.weight_decay)
@@ -103,7 +82,8 @@ class Trainer:
     # -- data ----------------------------------------------------------------------------------------------------
 
     def next_problems(self) -> list[Problem]:
-        """The next ``prompts_per_step`` problems of a seeded per-epoch shuffle (resumable from ``cursor``)."""
+        """The next ``prompts_per_step`` problems of a seeded per-epoch shuffle (resumable from ``cursor``); the
+        same on every rank."""
         out = []
         for _ in range(self.t.prompts_per_step):
             epoch, index = divmod(self.state.cursor, len(self.pool))
@@ -118,90 +98,102 @@ class Trainer:
             self._order_epoch = epoch
         return self._order
 
-    # -- one step ------------------------------------------------------------------------------------------------
+    # -- the update: loss, gradient bookkeeping, optimizer step ---------------------------------------------------
 
-    def _role_batch(self, attempts: list[Attempt]) -> dict[str, torch.Tensor]:
-        return self.policies.batch_tensors([a.prompt for a in attempts], [a.completion for a in attempts])
+    def _logps(self, batch: RoleBatch, adapter: str | None) -> torch.Tensor:
+        """[b, T] log-probs of ``batch`` under ``adapter``, without a graph, one micro-batch at a time."""
+        with torch.no_grad(), self.policies.use_adapter(adapter):
+            return torch.cat([self.policies.token_logps(mb.tokens, None, self.t.temperature, self.t.logit_chunk_tokens)
+                              for mb in batch.micro_batches(self.t.scoring_batch_tokens, self.t.micro_batch_size)])
 
-    def _micro_batches(self, batch: dict[str, torch.Tensor]) -> list[slice]:
-        """Slices of at most ``scoring_batch_tokens`` tokens (and ``micro_batch_size`` rows, when set)."""
-        widths = zip(batch["prompt_mask"].sum(1).tolist(), batch["completion_mask"].sum(1).tolist())
-        return token_batches(list(widths), self.t.scoring_batch_tokens, self.t.micro_batch_size)
+    def loss_backward(self, batch: RoleBatch) -> dict[str, float]:
+        """Backward of one role's GRPO loss over its micro-batches; the loss, clip ratios and KL of this rank's rows
+        as shares of the whole batch (summed over ranks, they are the whole batch's)."""
+        t, device = self.t, self.policies.device
+        stats = dict.fromkeys(("loss", "clip_ratio/low", "clip_ratio/high", "kl"), 0.0)
+        with self.policies.use_adapter(batch.adapter):
+            for mb in batch.micro_batches(t.scoring_batch_tokens, t.micro_batch_size):
+                mask = mb.mask.to(device)
+                logps = self.policies.token_logps(mb.tokens, None, t.temperature, t.logit_chunk_tokens)
+                old = logps.detach() if mb.old_logps is None else mb.old_logps.to(device)
+                loss, terms = policy_loss(
+                    logps, old, mb.advantages.to(device), mask, loss_type=t.loss_type, epsilon=t.epsilon,
+                    epsilon_high=t.epsilon_high, beta=t.beta,
+                    ref_logps=None if mb.ref_logps is None else mb.ref_logps.to(device),
+                    use_bias_correction_kl=t.use_bias_correction_kl, max_completion_length=t.max_new_tokens,
+                    num_items_in_batch=batch.batch_tokens, batch_rows=batch.batch_rows)
+                loss.backward()
+                share = float(mask.sum()) / max(batch.batch_tokens, 1.0)
+                stats["loss"] += loss.item()
+                stats["clip_ratio/low"] += masked_mean(terms.low_clipped.float(), mask) * share
+                stats["clip_ratio/high"] += masked_mean(terms.high_clipped.float(), mask) * share
+                if terms.kl is not None:
+                    stats["kl"] += masked_mean(terms.kl.detach(), mask) * share
+        return stats
 
-    def _logps(self, adapter: str | None, batch: dict[str, torch.Tensor], parts: list[slice],
-               grad: bool) -> list[torch.Tensor]:
-        """Per micro-batch log-probs [mb, T] under ``adapter``."""
-        with torch.set_grad_enabled(grad), self.policies.use_adapter(adapter):
-            return [self.policies.token_logps(batch, part, self.t.temperature, self.t.logit_chunk_tokens)
-                    for part in parts]
+    def reduce_and_clip(self, adapters: list[str]) -> dict[str, float]:
+        """Sum each adapter's gradient over the ranks, clip it to ``max_grad_norm``; its norm before the clip."""
+        norms = {}
+        for name in adapters:
+            params = self.policies.parameters(name)
+            for p in params:
+                if p.grad is None:  # a row-less share still joins the all-reduce
+                    p.grad = torch.zeros_like(p)
+            self.ranks.sum_([p.grad for p in params])
+            norms[name] = float(torch.nn.utils.clip_grad_norm_(params, self.t.max_grad_norm))
+        return norms
 
-    def update(self, game: Game, rewards: dict[str, RoleRewards]) -> dict[str, float]:
-        """GRPO on every role of ``game``; returns per-role and per-adapter statistics."""
-        t, stats = self.t, {}
-        played = {"drafter": game.drafter} | ({"challenger": game.challenger} if "challenger" in rewards else {})
-        prepared = {}
-        for role, adapter in played.items():
-            adv = group_advantages(rewards[role].total, game.group_size, t.scale_rewards, t.adv_eps)
-            batch = self._role_batch(game.attempts(role))
-            device = self.policies.device  # batch tensors stay on the CPU; token_logps moves its slice
-            mask, advantages = batch["completion_mask"].float().to(device), adv.advantages.to(device)
-            parts = self._micro_batches(batch)
-            old = self._logps(adapter, batch, parts, grad=False) if t.num_iterations > 1 else None
-            ref = self._logps(None, batch, parts, grad=False) if t.beta != 0 else None
-            prepared[role] = (adapter, advantages, batch, mask, parts, old, ref)
-            stats[f"role/{role}/frac_reward_zero_std"] = float(adv.zero_std.float().mean())
+    def optimizer_step(self, norms: dict[str, float]) -> bool:
+        """Step every adapter in ``norms``; a non-finite norm skips them all (counted, fatal after
+        ``max_bad_steps`` in a row). True when the weights moved."""
+        if not all(torch.isfinite(torch.tensor(list(norms.values())))):
+            self.state.bad_steps += 1
+            self.log(f"[train] step {self.state.step}: non-finite gradient norm {norms}; update skipped")
+            if self.state.bad_steps >= self.t.max_bad_steps:
+                raise TrainingError(f"{self.state.bad_steps} non-finite steps in a row (trainer.max_bad_steps)")
+            return False
+        for name in norms:
+            self.optimizers[name].step()
+        self.state.bad_steps = 0
+        return True
+
+    def update(self, game: Game, rewards: dict[str, RoleRewards], rows: slice = slice(None)) -> dict[str, float]:
+        """GRPO on every rewarded role of ``game`` (the whole step's batch), this rank's ``rows`` of it."""
+        t = self.t
+        batches = role_batches(self.policies, game, rewards, rows, t.scale_rewards, t.adv_eps)
+        batches = [replace(b, old_logps=self._logps(b, b.adapter) if t.num_iterations > 1 else None,
+                           ref_logps=self._logps(b, None) if t.beta != 0 else None) for b in batches]
+        trained = sorted({b.adapter for b in batches if b.adapter is not None})
+        stats = {f"role/{b.role}/frac_reward_zero_std": b.frac_zero_std for b in batches}
         for _ in range(t.num_iterations):
             for opt in self.optimizers.values():
                 opt.zero_grad(set_to_none=True)
-            for role, (adapter, advantages, batch, mask, parts, old, ref) in prepared.items():
-                rows = mask.size(0)
-                total, clip_lo, clip_hi, kl = 0.0, 0.0, 0.0, 0.0
-                with self.policies.use_adapter(adapter):
-                    for k, sl in enumerate(parts):
-                        logps = self.policies.token_logps(batch, sl, t.temperature, t.logit_chunk_tokens)
-                        loss, terms = policy_loss(
-                            logps, old[k] if old else logps.detach(), advantages[sl], mask[sl],
-                            loss_type=t.loss_type, epsilon=t.epsilon, epsilon_high=t.epsilon_high, beta=t.beta,
-                            ref_logps=ref[k] if ref else None, use_bias_correction_kl=t.use_bias_correction_kl,
-                            max_completion_length=t.max_new_tokens,
-                            num_items_in_batch=float(mask.sum()), batch_rows=rows)
-                        loss.backward()
-                        share = float(mask[sl].sum() / mask.sum().clamp(min=1))
-                        total += loss.item()
-                        clip_lo += masked_mean(terms.low_clipped.float(), mask[sl]) * share
-                        clip_hi += masked_mean(terms.high_clipped.float(), mask[sl]) * share
-                        kl += masked_mean(terms.kl.detach(), mask[sl]) * share if terms.kl is not None else 0.0
-                stats |= {f"role/{role}/loss": total, f"role/{role}/clip_ratio/low": clip_lo,
-                          f"role/{role}/clip_ratio/high": clip_hi}
-                if t.beta != 0:
-                    stats[f"role/{role}/kl"] = kl
-            norms = {name: float(torch.nn.utils.clip_grad_norm_(self.policies.parameters(name), t.max_grad_norm))
-                     for name in self.optimizers if name in played.values()}
-            if not all(torch.isfinite(torch.tensor(list(norms.values())))):
-                self.state.bad_steps += 1
-                self.log(f"[train] step {self.state.step}: non-finite gradient norm {norms}; update skipped")
-                if self.state.bad_steps >= t.max_bad_steps:
-                    raise TrainingError(f"{self.state.bad_steps} non-finite steps in a row (trainer.max_bad_steps)")
+            terms = {b.role: self.loss_backward(b) for b in batches}
+            keys = [(role, k) for role, s in terms.items() for k in s if k != "kl" or t.beta != 0]
+            summed = torch.tensor([terms[role][k] for role, k in keys], dtype=torch.float64)
+            self.ranks.sum_([summed])
+            stats |= {f"role/{role}/{k}": float(v) for (role, k), v in zip(keys, summed)}
+            norms = self.reduce_and_clip(trained)
+            if not self.optimizer_step(norms):
                 return stats | {"train/skipped": 1.0}
-            for name in norms:
-                self.optimizers[name].step()
-            self.state.bad_steps = 0
             stats |= {f"adapter/{name}/grad_norm": v for name, v in norms.items()}
         return stats
 
+    # -- one step ------------------------------------------------------------------------------------------------
+
     def step(self) -> dict[str, Any]:
         t0 = time.time()
-        drafter, challenger = roles(self.cfg.method.name, self.cfg.rotation.mode, self.state.step)
-        game = play(self.policies, self.task, self.cfg.model, self.next_problems(), drafter=drafter,
-                    challenger=challenger, exchange=self.cfg.exchange.mode, group_size=self.t.num_generations,
-                    sampling=self.sampling)
+        turn = self.method.turn(self.cfg.rotation.mode, self.state.step)
+        game, rows = play_split(self.ranks, self.policies, self.task, self.cfg.model, self.next_problems(),
+                                drafter=turn.drafter, challenger=turn.challenger, exchange=self.cfg.exchange.mode,
+                                group_size=self.t.num_generations, sampling=self.sampling)
         outcome = game.outcome()
         round_rewards = compute_rewards(outcome, self.cfg.reward)
         rewards = {"drafter": round_rewards.drafter}
         if round_rewards.challenger is not None:
             rewards["challenger"] = round_rewards.challenger
         gen_s = time.time() - t0
-        stats = self.update(game, rewards)
+        stats = self.update(game, rewards, rows)
         metrics = self._metrics(game, rewards, outcome)
         tokens = sum(a.completion.n_tokens for role in rewards for a in game.attempts(role))
         self.state.generated_tokens += tokens
@@ -209,11 +201,11 @@ class Trainer:
         step_s = time.time() - t0
         self.state.train_seconds += step_s
         metrics |= stats | {
-            "train/drafter": drafter, "train/generated_tokens": self.state.generated_tokens,
+            "train/drafter": turn.drafter, "train/generated_tokens": self.state.generated_tokens,
             "time/step_s": step_s, "time/generation_s": gen_s, "time/tokens_per_s": tokens / max(gen_s, 1e-9),
         }
         if len(self.policies.adapters) > 1:
-            metrics["train/divergence"] = adapter_divergence(self.policies)
+            metrics["train/divergence"] = self.policies.divergence(*self.policies.adapters[:2])
         self.recorder.log_metrics(metrics, self.state.step)
         self.recorder.log_rollouts(self._sample_rows(game, rewards, limit=4), self.state.step)
         return metrics
@@ -264,7 +256,7 @@ class Trainer:
     # -- evaluation and the loop ---------------------------------------------------------------------------------
 
     def evaluate(self, phase: str) -> EvalResult:
-        result = evaluate(self.policies, self.task, self.cfg, self.heldout, self.state.step, phase)
+        result = evaluate(self.policies, self.task, self.cfg, self.heldout, self.state.step, phase, self.ranks)
         self.recorder.log_eval_rows(result.rows)
         self.recorder.log_metrics({k: v for k, v in result.metrics.items() if not isinstance(v, list)},
                                   self.state.step)
@@ -306,27 +298,46 @@ class Trainer:
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
 
+    def adapter_digests(self) -> list[str]:
+        """The sha256 of every rank's adapter weights, in rank order; raises when they differ (the ranks' updates
+        stopped being the same update, and a checkpoint from rank 0 would not be the run's)."""
+        digests = self.ranks.gather(self.policies.digest())
+        if len(set(digests)) > 1:
+            raise TrainingError(f"step {self.state.step}: the ranks' adapters differ ({digests})")
+        return digests
+
+    def _rng_state(self) -> dict[str, Any]:
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state()
+        return rng
+
     def save_checkpoint(self) -> Path:
-        """Commit ``checkpoints/step_N`` atomically, then point ``checkpoints/latest`` at it, then prune."""
+        """Commit ``checkpoints/step_N`` atomically, then point ``checkpoints/latest`` at it, then prune. Every
+        rank calls it (their RNG states are saved too); rank 0 writes."""
+        self.adapter_digests()
+        rngs = self.ranks.gather(self._rng_state())
         root = self.run_dir / "checkpoints"
         final = root / f"step_{self.state.step}"
-        tmp = root / f".tmp-step_{self.state.step}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.policies.save_adapters(tmp)
-        torch.save({
-            "state": asdict(self.state),
-            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
-        }, tmp / "state.pt")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        latest_tmp = root / ".latest.tmp"
-        latest_tmp.write_text(final.name)
-        os.replace(latest_tmp, root / "latest")
-        kept = sorted((p for p in root.glob("step_*")), key=lambda p: int(p.name.split("_")[1]))
-        for old in kept[: -self.t.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
+        if self.ranks.is_main:
+            tmp = root / f".tmp-step_{self.state.step}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            self.policies.save_adapters(tmp)
+            torch.save({
+                "state": asdict(self.state),
+                "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+                "rng": rngs,  # one per rank
+            }, tmp / "state.pt")
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            latest_tmp = root / ".latest.tmp"
+            latest_tmp.write_text(final.name)
+            os.replace(latest_tmp, root / "latest")
+            kept = sorted((p for p in root.glob("step_*")), key=lambda p: int(p.name.split("_")[1]))
+            for old in kept[: -self.t.keep_checkpoints]:
+                shutil.rmtree(old, ignore_errors=True)
+        self.ranks.barrier()  # nobody reads a checkpoint before it is committed
         return final
 
     def resume_latest(self) -> bool:
@@ -345,7 +356,12 @@ class Trainer:
         self.policies.load_adapters(directory)
         for k, o in self.optimizers.items():
             o.load_state_dict(saved["optimizers"][k])
-        torch.set_rng_state(saved["rng"]["torch"])
-        random.setstate(saved["rng"]["python"])
+        rngs = saved["rng"] if isinstance(saved["rng"], list) else [saved["rng"]]  # older checkpoints: one
+        # resumed on a different number of processes, a rank without its own state takes rank 0's
+        rng = rngs[self.ranks.rank] if self.ranks.rank < len(rngs) else rngs[0]
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state(rng["cuda"])
         self.state = TrainState(**saved["state"])
         self.recorder.resume_from(self.state.step)

@@ -29,10 +29,12 @@ agon's games (the solo rows repeat A>B's drafts, its timeout included, and must 
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 
 import pytest
 
-from agon.cascade import EvalResult, evaluate, order_name, pipelines, summarise
+from agon.cascade import EvalResult, evaluate, order_name, summarise
+from agon.methods import Evaluation, get_method
 from agon.policies import Completion
 from agon.rollout import Attempt, Game, Round
 from agon.tasks import Problem, Verdict
@@ -101,7 +103,7 @@ def _game(order: str, exchange: str) -> Game:
 
 
 def _summary(method: str, rotation: str, exchange: str, step: int = 7, phase: str = "final") -> EvalResult:
-    plays, headline = pipelines(method, rotation)
+    plays, headline = astuple(get_method(method).evaluation(rotation))
     games = {order_name(d, a): _game(order_name(d, a), exchange) for d, a in plays}
     return summarise(games, headline, step=step, phase=phase)
 
@@ -127,15 +129,15 @@ def test_metrics_of_hand_built_games(method, rotation, exchange):
     _assert_metrics(_summary(method, rotation, exchange).metrics, expected)
 
 
-def test_pipelines_play_what_each_method_deploys():
-    assert pipelines("agon", "alternate") == ([("A", "B"), ("B", "A")], ["A>B", "B>A"])
-    assert pipelines("agon", "fixed") == ([("A", "B"), ("B", "A")], ["A>B"])
-    assert pipelines("self_refine", "alternate") == ([("A", "A")], ["A>A"])
-    assert pipelines("moa", "fixed") == ([(None, None)], ["base>base"])
-    assert pipelines("grpo", "alternate") == ([("A", False)], ["A"])
+def test_each_method_evaluates_what_it_deploys():
+    assert get_method("agon").evaluation("alternate") == Evaluation([("A", "B"), ("B", "A")], ["A>B", "B>A"])
+    assert get_method("agon").evaluation("fixed") == Evaluation([("A", "B"), ("B", "A")], ["A>B"])
+    assert get_method("self_refine").evaluation("alternate") == Evaluation([("A", "A")], ["A>A"])
+    assert get_method("moa").evaluation("fixed") == Evaluation([(None, None)], ["base>base"])
+    assert get_method("grpo").evaluation("alternate") == Evaluation([("A", False)], ["A"])
     assert [order_name(d, a) for d, a in [("A", "B"), (None, None), ("A", False)]] == ["A>B", "base>base", "A"]
     with pytest.raises(KeyError, match="ppo"):
-        pipelines("ppo", "alternate")
+        get_method("ppo")
 
 
 def test_eval_rows_of_a_cascade():
@@ -175,7 +177,7 @@ def test_eval_rows_of_drafts_only():
 
 def test_summarise_is_pure():
     """The same games give the same result twice, and the games come back unchanged (the trainer logs them)."""
-    plays, headline = pipelines("agon", "alternate")
+    plays, headline = astuple(get_method("agon").evaluation("alternate"))
     games = {order_name(d, a): _game(order_name(d, a), "visible") for d, a in plays}
     first, second = (summarise(games, headline, step=1, phase="train") for _ in range(2))
     assert first.metrics == second.metrics and first.rows == second.rows
@@ -191,7 +193,7 @@ def test_evaluate_on_a_tiny_model_is_summarise_of_its_games(policies, small_cfg,
     task = build_task(small_cfg.task)
     problems = list(task.heldout_problems())[: small_cfg.eval.n_problems]
     result = evaluate(policies, task, small_cfg, problems, step=3, phase="train")
-    plays, headline = pipelines(method, small_cfg.rotation.mode)
+    plays, headline = astuple(get_method(method).evaluation(small_cfg.rotation.mode))
     assert list(result.games) == [order_name(d, a) for d, a in plays]
     again = summarise(result.games, headline, step=3, phase="train")
     assert result.metrics == again.metrics and result.rows == again.rows

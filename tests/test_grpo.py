@@ -10,10 +10,15 @@ import torch
 from agon.grpo import LOSSES, clipped_surrogate, get_loss, group_advantages, kl_k3, masked_mean, policy_loss
 
 
+def groups(batch: int, size: int) -> torch.Tensor:
+    """Group ids of a problem-major batch: consecutive runs of ``size`` rows."""
+    return torch.arange(batch) // size
+
+
 def test_group_advantages_by_hand():
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0])
     # group 1: mean 0.25, Bessel std sqrt(0.25) = 0.5; group 2: zero spread
-    adv = group_advantages(rewards, group_size=4, scale_rewards="group", eps=1e-4)
+    adv = group_advantages(rewards, groups(8, 4), scale_rewards="group", eps=1e-4)
     expected = torch.tensor([0.75, -0.25, -0.25, -0.25]) / (0.5 + 1e-4)
     torch.testing.assert_close(adv.advantages[:4], expected)
     assert torch.equal(adv.advantages[4:], torch.zeros(4))
@@ -22,18 +27,40 @@ def test_group_advantages_by_hand():
 
 def test_group_advantages_batch_and_none():
     rewards = torch.tensor([1.0, 0.0, 3.0, 1.0])
-    batch = group_advantages(rewards, 2, "batch", eps=0.0).advantages
+    batch = group_advantages(rewards, groups(4, 2), "batch", eps=0.0).advantages
     std = rewards.std()  # Bessel, over the batch
     torch.testing.assert_close(batch, torch.tensor([0.5, -0.5, 1.0, -1.0]) / std)
-    none = group_advantages(rewards, 2, "none").advantages
+    none = group_advantages(rewards, groups(4, 2), "none").advantages
     torch.testing.assert_close(none, torch.tensor([0.5, -0.5, 1.0, -1.0]))
 
 
 def test_unscorable_rows_get_zero_advantage_and_leave_the_baseline():
     rewards = torch.tensor([1.0, float("nan"), 0.0, float("nan"), float("nan"), float("nan")])
-    adv = group_advantages(rewards, 3, "none").advantages
+    adv = group_advantages(rewards, groups(6, 3), "none").advantages
     torch.testing.assert_close(adv, torch.tensor([0.5, 0.0, -0.5, 0.0, 0.0, 0.0]))
     assert torch.isfinite(adv).all()
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_groups_are_found_by_id_not_by_position(scale):
+    """Shuffled rows get their shuffled advantages; a group filtered out leaves the others' advantages as they were
+    (under group scaling, where nothing is shared across groups)."""
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.5, 2.0, 3.0, float("nan"), 1.0, 0.0, 0.0, 1.0, 1.0])
+    ids = groups(12, 4)
+    whole = group_advantages(rewards, ids, scale)
+    perm = torch.randperm(12, generator=torch.Generator().manual_seed(0))
+    shuffled = group_advantages(rewards[perm], ids[perm] * 7 + 3, scale)  # any id values, in any order
+    torch.testing.assert_close(shuffled.advantages, whole.advantages[perm])
+    assert torch.equal(shuffled.zero_std, whole.zero_std[perm])
+    if scale == "group":
+        kept = ids != 1
+        torch.testing.assert_close(group_advantages(rewards[kept], ids[kept], scale).advantages,
+                                   whole.advantages[kept])
+
+
+def test_group_ids_must_match_the_rewards():
+    with pytest.raises(ValueError, match="group_ids"):
+        group_advantages(torch.zeros(4), torch.zeros(3, dtype=torch.long))
 
 
 def test_clipped_surrogate_by_hand():

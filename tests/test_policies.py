@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agon.trainer import adapter_divergence
 from tests.conftest import base_state
 
 
@@ -38,7 +37,7 @@ def test_divergent_init_perturbs_only_b(policies):
     b_b = [p for n, p in policies.model.named_parameters() if "lora_B" in n and n.endswith(".B.weight")]
     assert a_b and all(torch.count_nonzero(p) == 0 for p in a_b)
     assert all(torch.count_nonzero(p) > 0 for p in b_b)
-    assert adapter_divergence(policies) == 1.0  # A's delta is zero, so the two are as far apart as can be
+    assert policies.divergence() == 1.0  # A's delta is zero, so the two are as far apart as can be
 
 
 def test_perturbation_is_seeded(tiny_base):

@@ -109,7 +109,7 @@ def test_a_verifier_failure_is_nan_then_advantage_zero_never_a_silent_zero(small
     assert not torch.isnan(outcome.challenge_correct).any()
     rewards = compute_rewards(outcome, small_cfg.reward)
     assert torch.isnan(rewards.drafter.total[failed]).all() and not torch.isnan(rewards.drafter.total[~failed]).any()
-    adv = group_advantages(rewards.drafter.total, game.group_size).advantages
+    adv = group_advantages(rewards.drafter.total, game.group_ids()).advantages
     assert (adv[failed] == 0).all()
     # the second group is normalised over its three scorable rows only
     scorable = rewards.drafter.total[[4, 6, 7]]

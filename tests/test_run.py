@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agon.run_files import read_jsonl
 from agon.run import run
+from agon.run_files import read_jsonl
 from tests.conftest import SMALL_RUN, TEST_WORLD, compose_config
 
 REQUIRED = ["eval/accuracy", "eval/accuracy_at_start", "eval/final_trace_tokens", "eval/n_problems",

@@ -56,10 +56,10 @@ def _policies(vocab: int = 3000, max_positions: int = 256) -> Policies:
 
 def _straightforward(policies: Policies, batch, temperature: float) -> torch.Tensor:
     """The computation scoring replaced: whole-batch logits, a full float32 log-softmax, a gather."""
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    ids = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
+    attn = torch.cat([batch.prompt_mask, batch.completion_mask], 1)
     logits = policies.model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
-    return full_logps(logits[:, batch["prompt_ids"].size(1) - 1 : -1], batch["completion_ids"], temperature)
+    return full_logps(logits[:, batch.prompt_ids.size(1) - 1 : -1], batch.completion_ids, temperature)
 
 
 def test_token_logps_equal_the_straightforward_computation_values_and_lora_grads():
@@ -68,7 +68,7 @@ def test_token_logps_equal_the_straightforward_computation_values_and_lora_grads
     lengths = [5, 17, 1]
     comps = [Completion("", tuple(torch.randint(0, 3000, (n,)).tolist()), False) for n in lengths]
     batch = policies.batch_tensors(prompts, comps)
-    mask = batch["completion_mask"].float()
+    mask = batch.completion_mask.float()
     weights = torch.randn(mask.shape)
     lora = policies.parameters("A")
 

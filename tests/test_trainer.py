@@ -15,20 +15,24 @@ import pytest
 import torch
 
 from agon.grpo import group_advantages, masked_mean, policy_loss
+from agon.methods import Turn, get_method
 from agon.policies import Policies
 from agon.recorder import Recorder
-from agon.run_files import read_jsonl
 from agon.rewards import compute_rewards
+from agon.run_files import read_jsonl
 from agon.tasks import Verdict, build_task
-from agon.trainer import Trainer, TrainingError, adapter_divergence, roles
+from agon.trainer import Trainer, TrainingError
 from tests.conftest import base_state
 
 
 def test_rotation_schedule():
-    assert [roles("agon", "alternate", s) for s in range(4)] == [("A", "B"), ("B", "A"), ("A", "B"), ("B", "A")]
-    assert {roles("agon", "fixed", s) for s in range(4)} == {("A", "B")}
-    assert roles("self_refine", "alternate", 1) == ("A", "A")
-    assert roles("grpo", "alternate", 1) == ("A", False)
+    agon = get_method("agon")
+    assert [agon.turn("alternate", s) for s in range(4)] == [Turn("A", "B"), Turn("B", "A")] * 2
+    assert {agon.turn("fixed", s) for s in range(4)} == {Turn("A", "B")}
+    assert get_method("self_refine").turn("alternate", 1) == Turn("A", "A")
+    assert get_method("grpo").turn("alternate", 1) == Turn("A", False)
+    with pytest.raises(NotImplementedError, match="does not train"):
+        get_method("moa").turn("alternate", 0)
 
 
 @pytest.fixture
@@ -144,7 +148,7 @@ def reference_update(policies: Policies, game, rewards, t, optimizers) -> dict[s
     for role, adapter in (("drafter", game.drafter), ("challenger", game.challenger)):
         attempts = game.attempts(role)
         batch = policies.batch_tensors([a.prompt for a in attempts], [a.completion for a in attempts])
-        adv = group_advantages(rewards[role].total, game.group_size, t.scale_rewards, t.adv_eps).advantages
+        adv = group_advantages(rewards[role].total, game.group_ids(), t.scale_rewards, t.adv_eps).advantages
         with torch.no_grad():
             with policies.use_adapter(adapter):
                 old = policies.token_logps(batch, temperature=t.temperature)
@@ -155,7 +159,7 @@ def reference_update(policies: Policies, game, rewards, t, optimizers) -> dict[s
         for opt in optimizers.values():
             opt.zero_grad(set_to_none=True)
         for role, adapter, batch, adv, old, ref in prepared:
-            mask = batch["completion_mask"].float()
+            mask = batch.completion_mask.float()
             with policies.use_adapter(adapter):
                 logps = policies.token_logps(batch, temperature=t.temperature)
             loss, terms = policy_loss(logps, old, adv, mask, loss_type=t.loss_type, epsilon=t.epsilon,
@@ -197,7 +201,7 @@ def test_the_update_equals_a_plain_reference(step_cfg, tiny_base, tmp_path, case
     t.max_grad_norm = 0.005
     for key, value in overrides.items():
         t[key] = value
-    adapters = ("A", "B") if method == "agon" else ("A",)
+    adapters = get_method(method).adapters
     torch.manual_seed(0)
     ours, twin = _policies(tiny_base, adapters), _policies(tiny_base, adapters)
     with torch.no_grad():  # PEFT draws lora_A from the global RNG: make the twin start from the same weights
@@ -205,14 +209,15 @@ def test_the_update_equals_a_plain_reference(step_cfg, tiny_base, tmp_path, case
             for p, q in zip(twin.parameters(a), ours.parameters(a), strict=True):
                 p.copy_(q)
     trainer = _trainer(step_cfg, ours, tmp_path)
-    drafter, challenger = roles(method, "alternate", 0)
+    turn = get_method(method).turn("alternate", 0)
     from agon.rollout import play
 
-    game = play(ours, trainer.task, step_cfg.model, trainer.next_problems(), drafter=drafter, challenger=challenger,
+    game = play(ours, trainer.task, step_cfg.model, trainer.next_problems(), drafter=turn.drafter,
+                challenger=turn.challenger,
                 exchange="visible", group_size=t.num_generations, sampling=trainer.sampling)
     rewards = compute_rewards(game.outcome(), step_cfg.reward)
     rewards = {"drafter": rewards.drafter, "challenger": rewards.challenger}
-    assert any(not group_advantages(rewards[r].total, game.group_size).zero_std.all() for r in rewards)
+    assert any(not group_advantages(rewards[r].total, game.group_ids()).zero_std.all() for r in rewards)
 
     stats = trainer.update(game, rewards)
     optimizers = {a: torch.optim.AdamW(twin.parameters(a), lr=t.learning_rate, weight_decay=t.weight_decay)
@@ -329,9 +334,9 @@ def test_divergence_is_zero_for_twins_and_one_for_opposites(policies):
         for n, p in policies.model.named_parameters():
             if "lora_" in n and n.endswith(".B.weight"):
                 p.copy_(a_weights[n.replace(".B.weight", "")])
-    assert adapter_divergence(policies) == pytest.approx(0.0, abs=1e-6)
+    assert policies.divergence() == pytest.approx(0.0, abs=1e-6)
     with torch.no_grad():  # negate B's lora_B: dW_B = B_B A_B = -dW_A
         for n, p in policies.model.named_parameters():
             if "lora_B" in n and n.endswith(".B.weight"):
                 p.neg_()
-    assert adapter_divergence(policies) == pytest.approx(1.0, abs=1e-6)
+    assert policies.divergence() == pytest.approx(1.0, abs=1e-6)

@@ -35,12 +35,11 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from tests.analysis import make_fixture
-
 from analysis import cells_table, format_table, load_runs, newest_multirun, results_table, sweep_table
 from analysis.figures import main as figures_main
 from analysis.load import find_run_dirs
 from analysis.tables import bootstrap_ci, final_rows, paper_reference, to_latex, to_markdown
+from tests.analysis import make_fixture
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sweeps"
 GRID = FIXTURES / "2026-11-30" / "10-00-00"

@@ -18,6 +18,7 @@ if "HF_DATASETS_CACHE" not in os.environ:
 
 import pytest  # noqa: E402
 
+
 @pytest.fixture(autouse=True, scope="session")
 def _offline():
     """Also force offline mode when another test imported datasets before these environment variables were set."""
@@ -37,9 +38,10 @@ CONF = Path(__file__).parents[2] / "conf"
 
 def compose(*overrides: str):
     """The full config composed by Hydra from conf/ (so the YAML files are tested too)."""
-    import agon.config  # noqa: F401  (registers the schemas)
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+
+    import agon.config  # noqa: F401  (registers the schemas)
 
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         return hydra_compose(config_name="config", overrides=list(overrides))

@@ -1,0 +1,122 @@
+"""The run's processes: which one this is, its device, and the few collectives training needs, through accelerate.
+
+``accelerate launch --multi_gpu --num_processes N -m agon.run ...`` (or ``torchrun``, or ``make run-ddp``) starts N
+processes; each builds ``Ranks.from_env`` and from then on:
+
+- plays its contiguous share of each step's problems (``split``: whole GRPO groups per rank);
+- sends its games to every other rank (``gather``, pickled objects: text and token ids, small next to the model),
+  so that rewards, advantages, metrics and evaluation summaries are computed on the whole batch, identically on
+  every rank;
+- sums the LoRA gradients of its rows into every rank (``sum_``, one flat all-reduce per adapter and step). The loss
+  of each row is already divided by the whole batch's normaliser (tokens for dapo, rows for grpo and dr_grpo), so
+  the sum is the one-process gradient of the whole batch, and every rank then takes the same optimizer step:
+  adapters stay identical without ever being broadcast again.
+
+This is data parallelism as DDP does it (same replicas, gradients all-reduced once per step) but without the DDP
+wrapper: two adapters take turns in one module, gradient checkpointing re-enters the forward, and a role's rows may
+leave the other adapter unused, all of which DDP's per-backward hooks handle badly; one explicit reduction after
+both roles' backward passes is also the fewest collectives. gloo on CPU, NCCL on GPUs (accelerate's choice).
+
+With one process (the default) nothing here imports accelerate or touches ``torch.distributed``: every method is
+the identity.
+
+Left out on purpose: sharded models (FSDP, DeepSpeed ZeRO); the adapters are small, and the frozen base is
+replicated. Several nodes work as far as accelerate does, but only one has been tested.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+def launched_world_size() -> int:
+    """Processes the launcher started (``WORLD_SIZE``, set by accelerate launch and torchrun); 1 otherwise."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@dataclass(frozen=True)
+class Ranks:
+    rank: int = 0
+    world: int = 1
+    # where this rank's model lives; None: leave it to model.device
+    device: torch.device | None = None
+
+    @classmethod
+    def from_env(cls, device_choice: str = "auto") -> "Ranks":
+        """This process's place, from the launcher's environment; a single process without it. ``device_choice`` is
+        ``model.device``: ``cpu`` keeps every rank on the CPU (gloo), otherwise each rank takes its local GPU."""
+        if launched_world_size() == 1:
+            return cls()
+        from accelerate import PartialState
+
+        state = PartialState(cpu=device_choice == "cpu" or not torch.cuda.is_available())
+        if device_choice == "cpu" and state.device.type != "cpu":
+            raise RuntimeError("model.device=cpu with several processes on a machine with GPUs: hide them "
+                               "(CUDA_VISIBLE_DEVICES=) so that every rank uses the CPU and gloo")
+        device = torch.device("cpu") if state.device.type == "cpu" else state.device
+        return cls(state.process_index, state.num_processes, device)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def split(self, items: Sequence[T]) -> list[T]:
+        """This rank's contiguous share of ``items`` (sizes differ by at most one; concatenated in rank order, the
+        shares are ``items`` again)."""
+        n = len(items)
+        return list(items[self.rank * n // self.world : (self.rank + 1) * n // self.world])
+
+    def gather(self, obj: T) -> list[T]:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if self.world == 1:
+            return [obj]
+        from accelerate.utils import gather_object
+
+        return gather_object([obj])
+
+    def sum_(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Replace each tensor by its sum over the ranks, in place, with one all-reduce for all of them."""
+        if self.world == 1 or not tensors:
+            return
+        from accelerate.utils import reduce
+
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        flat = reduce(flat, reduction="sum")
+        offset = 0
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+
+    def broadcast_(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Overwrite each tensor with rank 0's, in place (adapters at start: PEFT draws lora_A from each process's
+        own RNG)."""
+        if self.world == 1 or not tensors:
+            return
+        from accelerate.utils import broadcast
+
+        flat = broadcast(torch.cat([t.detach().reshape(-1) for t in tensors]), from_process=0)
+        offset = 0
+        with torch.no_grad():
+            for t in tensors:
+                t.copy_(flat[offset : offset + t.numel()].view_as(t))
+                offset += t.numel()
+
+    def share(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (a path, a timestamp)."""
+        if self.world == 1:
+            return obj
+        from accelerate.utils import broadcast_object_list
+
+        return broadcast_object_list([obj], from_process=0)[0]
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            from accelerate import PartialState
+
+            PartialState().wait_for_everyone()

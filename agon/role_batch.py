@@ -1,0 +1,76 @@
+"""One role's rows of a training step as a typed batch: tokens, advantages, group ids, the adapter, normalisers.
+
+``role_batches`` is the one place a played ``Game`` and its rewards become tensors. Advantages are computed over
+the whole step's batch (every rank's rows, grouped by group id), and then each rank keeps only its own rows; the
+normalisers of the loss (completion tokens for dapo, rows for grpo and dr_grpo) are the whole batch's too, so the
+losses of all ranks' micro-batches sum to the one-process loss of the whole batch. ``RoleBatch.micro_batches`` is
+the one micro-batch iterator: contiguous slices within a token budget (``policies.token_batches``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterator, Mapping
+
+import torch
+
+from agon.grpo import group_advantages
+from agon.policies import Policies, Tokens, token_batches
+from agon.rewards import RoleRewards
+from agon.rollout import Game
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class RoleBatch:
+    """One role's rows (this rank's share) and what its GRPO update reads. Tensors stay on the CPU."""
+
+    role: str  # drafter | challenger
+    adapter: str | None  # the adapter that played the role (None: the base, which never trains)
+    tokens: Tokens  # [b, P] prompts, [b, T] completions
+    advantages: Tensor  # [b]
+    group_ids: Tensor  # [b] long, the problem each row answers
+    # of the whole step's batch, every rank's rows: completion tokens (dapo) and rows (grpo, dr_grpo)
+    batch_tokens: float
+    batch_rows: int
+    # share of the whole batch's rows whose group has no reward spread (logged, no learning signal)
+    frac_zero_std: float
+    # [b, T] under the sampling policy (num_iterations > 1) and under the base (beta != 0)
+    old_logps: Tensor | None = None
+    ref_logps: Tensor | None = None
+
+    @property
+    def mask(self) -> Tensor:
+        """[b, T] float, 1 on completion tokens."""
+        return self.tokens.completion_mask.float()
+
+    def __getitem__(self, rows: slice) -> "RoleBatch":
+        def cut(x: Tensor | None) -> Tensor | None:
+            return None if x is None else x[rows]
+
+        return replace(self, tokens=self.tokens[rows], advantages=self.advantages[rows],
+                       group_ids=self.group_ids[rows], old_logps=cut(self.old_logps), ref_logps=cut(self.ref_logps))
+
+    def micro_batches(self, budget_tokens: int, max_rows: int | None = None) -> Iterator["RoleBatch"]:
+        """Contiguous slices of at most ``budget_tokens`` (rows x padded width) and ``max_rows`` rows."""
+        for part in token_batches(self.tokens.widths(), budget_tokens, max_rows):
+            yield self[part]
+
+
+def role_batches(policies: Policies, game: Game, rewards: Mapping[str, RoleRewards], rows: slice,
+                 scale_rewards: str, adv_eps: float) -> list[RoleBatch]:
+    """A ``RoleBatch`` per rewarded role of ``game`` (the whole step's batch), holding ``rows`` (this rank's)."""
+    group_ids = game.group_ids()
+    out = []
+    for role, reward in rewards.items():
+        adv = group_advantages(reward.total, group_ids, scale_rewards, adv_eps)  # over the whole batch
+        attempts = game.attempts(role)
+        mine = attempts[rows]
+        out.append(RoleBatch(
+            role=role, adapter=game.drafter if role == "drafter" else game.challenger,
+            tokens=policies.batch_tensors([a.prompt for a in mine], [a.completion for a in mine]),
+            advantages=adv.advantages[rows], group_ids=group_ids[rows],
+            batch_tokens=float(sum(a.completion.n_tokens for a in attempts)), batch_rows=len(attempts),
+            frac_zero_std=float(adv.zero_std.float().mean())))
+    return out
