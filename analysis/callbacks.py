@@ -8,12 +8,15 @@ Enable it in ``conf/config.yaml`` (or from the command line with ``+hydra.callba
           _target_: analysis.callbacks.SweepTable
 
 With Hydra's basic launcher every cell has finished (or failed) by ``on_multirun_end``; cells that wrote no
-``summary.json`` count as incomplete. The table is also written to ``<sweep dir>/cells.md``.
+``summary.json`` count as incomplete. The table is also written to ``<sweep dir>/cells.md``. Under a multi-process
+launch (torchrun, accelerate) every rank runs the callback; only rank 0 (``RANK`` unset counts as 0) prints and
+writes, so the table appears once and ranks do not race on the file.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,8 @@ log = logging.getLogger(__name__)
 
 class SweepTable(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if int(os.environ.get("RANK", "0")) != 0:
+            return
         from analysis.load import load_runs
         from analysis.tables import cells_table, format_table
 

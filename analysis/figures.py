@@ -33,14 +33,16 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from analysis.load import Runs, load_runs, newest_multirun
+from agon.methods import METHODS
+from analysis.load import Runs, is_ablation, is_baseline, load_runs, newest_multirun
 from analysis.tables import cell_interval, format_table, results_table, write_tables
 
 # files only, no display (pyplot picks its backend lazily, at the first figure)
 matplotlib.use("Agg")
 
 REWARD_COLORS = {"competitive": "#c44e52", "cooperative": "#4c72b0", "paper": "#dd8452"}
-METHOD_COLORS = {"grpo": "#7f7f7f", "self_refine": "#937860", "moa": "#8172b3"}
+# baselines' colours, in the order the registry lists them (methods it does not know come after); it cycles
+BASELINE_COLORS = ("#937860", "#7f7f7f", "#8172b3", "#da8bc3", "#ccb974", "#64b5cd")
 CONVERSION_COLOR, REGRESSION_COLOR = "#55a868", "#c44e52"
 GRID_REWARDS, GRID_EXCHANGES = ("competitive", "cooperative"), ("visible", "hidden")
 STYLE = {
@@ -63,13 +65,21 @@ def _lighter(color: str, amount: float = 0.45) -> tuple[float, float, float]:
     return (r + (1 - r) * amount, g + (1 - g) * amount, b + (1 - b) * amount)
 
 
-def cell_style(row: Any) -> dict:
-    """Colour, hatch and line style of a cell, the same in every figure: hue = reward (or baseline method);
-    hidden exchange = lighter, hatched ``//``, dashed; fixed roles = ``xx``, dotted; symmetric init = ``..``,
-    dash-dotted."""
-    method = row["method"]
-    if method in METHOD_COLORS:
-        return {"color": METHOD_COLORS[method], "hatch": "", "linestyle": "-", "edge": METHOD_COLORS[method]}
+def baseline_colors(methods: Any) -> dict[Any, str]:
+    """Each baseline's colour: registered baselines by their place in the registry, so one keeps its colour
+    whichever others are loaded; then the unknown methods among ``methods``, in the order given."""
+    registered = [name for name, method in METHODS.items() if method.baseline]
+    unknown = [m for m in dict.fromkeys(methods) if m not in METHODS]
+    return {m: BASELINE_COLORS[i % len(BASELINE_COLORS)] for i, m in enumerate(registered + unknown)}
+
+
+def cell_style(row: Any, colors: dict[Any, str]) -> dict:
+    """Colour, hatch and line style of a cell, the same in every figure: hue = reward (or the baseline's colour in
+    ``colors``, from ``baseline_colors``); hidden exchange = lighter, hatched ``//``, dashed; fixed roles = ``xx``,
+    dotted; symmetric init = ``..``, dash-dotted."""
+    if is_baseline(row["method"]):
+        color = colors[row["method"]]
+        return {"color": color, "hatch": "", "linestyle": "-", "edge": color}
     base = REWARD_COLORS.get(row["reward"], "#555555")
     hidden = row["exchange"] == "hidden"
     fixed = row["rotation"] == "fixed"
@@ -111,8 +121,9 @@ def _bars(ax: plt.Axes, data: Runs, table: pd.DataFrame, metric: str, eval_colum
     """One bar per cell (mean over seeds), its seeds as points, its 95% interval as an error bar."""
     runs = data.runs[data.runs["status"] == "complete"]
     rng = np.random.default_rng(0)
+    colors = baseline_colors(table["method"])
     for x, (_, row) in enumerate(table.iterrows()):
-        style = cell_style(row)
+        style = cell_style(row, colors)
         cell_runs = runs[runs["cell_key"] == row["cell_key"]]
         values = pd.to_numeric(cell_runs[metric], errors="coerce").dropna()
         if values.empty:
@@ -150,8 +161,9 @@ def accuracy_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
     fig = plt.figure(figsize=(max(11.0, 5.5 + 0.95 * len(table)), 5.0), layout="constrained")
     grid_ax, bar_ax = fig.subplots(1, 2, width_ratios=[1.3, max(1.6, 0.4 * len(table))])
 
-    # the 2x2 grid: reward (rows) x exchange (columns), Agon with alternate roles and divergent init
-    core = table[(table["method"] == "agon") & (table["rotation"] == "alternate") & (table["init"] == "divergent")]
+    # the 2x2 grid: reward (rows) x exchange (columns), the method under study at its default rotation and init
+    grid = [not is_baseline(r["method"]) and not is_ablation(r) for _, r in table.iterrows()]
+    core = table[pd.Series(grid, index=table.index, dtype=bool)]  # a Series: an empty list would pick columns
     values = np.full((2, 2), np.nan)
     notes = [["not run"] * 2 for _ in range(2)]
     for i, reward in enumerate(GRID_REWARDS):
@@ -259,8 +271,9 @@ def training_curves_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
     fig, (acc_ax, len_ax) = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained", sharex=True)
     steps = data.steps
     handles = []
+    colors = baseline_colors(table["method"])
     for _, row in table.iterrows():
-        style = cell_style(row)
+        style = cell_style(row, colors)
         rows = steps[steps["cell_key"] == row["cell_key"]] if "cell_key" in steps else steps.iloc[:0]
         if rows.empty:
             continue

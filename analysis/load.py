@@ -5,16 +5,27 @@ above several of them, and returns ``Runs(runs, steps, evals)``:
 
     runs    one row per run: ``run_id``, ``run_dir``, ``sweep``, ``status`` ("complete" when ``summary.json``
             exists, else "incomplete"), the axes ``method reward exchange rotation init task model experiment
-            seed``, ``overrides``, ``extra`` (overrides that are not an axis or the seed, less those every loaded
-            run shares), the cell's ``cell`` label and ``cell_key``, ``headline_orders``, and every numeric value
-            of ``summary.json`` under its own name (``eval/accuracy``, ``eval/final_trace_tokens``, ...)
+            seed``, ``method_label``, ``overrides``, ``extra`` (overrides that are not an axis or the seed, less
+            those every loaded run shares), the cell's ``cell`` label and ``cell_key``, ``headline_orders``, and
+            every numeric value of ``summary.json`` under its own name (``eval/accuracy``, ...)
     steps   one row per (run, ``train/step``) from ``metrics.jsonl`` (a step's training and evaluation rows
             merged), with ``run_id``, ``cell``, ``cell_key``, ``seed``
     evals   the rows of ``eval.jsonl`` (problem x sample x order x stage) with ``run_id``, ``cell``, ``cell_key``
 
 A *cell* is one point of the design: the axes that apply to the run's method plus any extra overrides, seeds
-pooled. Axes that do not apply to a method (``NOT_APPLICABLE``, e.g. the reward of vanilla GRPO) are left out
-of its cell, so baselines launched with different defaults still pool.
+pooled. Axes that do not apply to a method (e.g. the reward of vanilla GRPO) hold "-" and are left out of its cell,
+so baselines launched with different defaults still pool. What applies, the method's label and whether it is a
+baseline come from the method itself, never from a table here: ``summary.json``'s ``method_axes`` and
+``method_label`` (written by the run), else the method registered in ``agon.methods.METHODS`` (runs written before
+those keys existed), else every axis and the bare name (a method this process has not imported, e.g. one
+registered in a user's script: nothing is pooled that might differ).
+
+A cell's label names only what sets it apart: for the method under study (``baseline`` False) the grid's reward
+and exchange, then rotation and init when not at their default (``competitive · visible · fixed roles``); for a
+baseline its label, then any applicable axis not at its default (``self-refine · hidden``). Defaults are the
+config schema's (``agon.config``).
+
+What a run directory holds and how to read it is ``agon.run_files``; nothing here reads a file by its own rules.
 
 ``load_runs(source="wandb", project=..., filters=...)`` builds the same frames from ``wandb.Api().runs``
 (history instead of ``metrics.jsonl``; ``evals`` is empty, since per-problem rows are local only).
@@ -22,7 +33,6 @@ of its cell, so baselines launched with different defaults still pool.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable
@@ -31,11 +41,25 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
-from agon.recorder import sweep_name
+from agon.config import ExchangeConfig, InitConfig, RewardConfig, RotationConfig
+from agon.methods import AXES as METHOD_AXES
+from agon.methods import METHODS
+from agon.run_files import (
+    CONFIG,
+    EVAL,
+    METRICS,
+    OVERRIDES,
+    SUMMARY,
+    SWEEP_MARKER,
+    is_run_dir,
+    read_json,
+    read_jsonl,
+    read_yaml,
+    sweep_name,
+)
 
-AXES = ("method", "reward", "exchange", "rotation", "init", "task", "model")
+AXES = ("method", *METHOD_AXES, "task", "model")
 # where each axis lives in the resolved config
 AXIS_KEYS = {
     "method": "method.name",
@@ -46,24 +70,28 @@ AXIS_KEYS = {
     "task": "task.name",
     "model": "model.name",
 }
-# axes that have no effect for a method: left out of its cell and shown as "-" in tables
-NOT_APPLICABLE = {
-    "grpo": ("reward", "exchange", "rotation", "init"),
-    "self_refine": ("rotation", "init"),
-    "moa": ("reward", "rotation", "init"),
+# each method axis's value when not overridden, from the config schema (a cell names only what differs)
+DEFAULTS = {
+    "reward": RewardConfig().name,
+    "exchange": ExchangeConfig().mode,
+    "rotation": RotationConfig().mode,
+    "init": InitConfig().mode,
 }
+# the 2x2 grid's axes: the method under study names them in every cell; its other axes make an ablation when not
+# at their default
+GRID_AXES = ("reward", "exchange")
+# how a label shows a value: "fixed roles", "symmetric init"
+LABEL_SUFFIX = {"rotation": " roles", "init": " init"}
 # override keys that never split cells (the seed pools; the rest do not change results)
 POOLED_OVERRIDES = ("seed", "logger", "output_dir", "progress")
 NA = "-"
-# canonical order of values in tables and figures
+# canonical order of config values in tables and figures (methods come in the registry's order)
 ORDER = {
-    "method": ("agon", "self_refine", "grpo", "moa"),
     "reward": ("competitive", "cooperative", "paper"),
     "exchange": ("visible", "hidden"),
     "rotation": ("alternate", "fixed"),
     "init": ("divergent", "symmetric"),
 }
-METHOD_LABELS = {"grpo": "GRPO", "self_refine": "self-refine", "moa": "MoA (untrained)"}
 # summary.json numbers every runs frame has (NaN where a run lacks them), so consumers need no column checks
 SUMMARY_NUMBERS = (
     "eval/accuracy",
@@ -81,7 +109,6 @@ SUMMARY_NUMBERS = (
     "train/generated_tokens",
     "time/total_s",
 )
-RUN_FILES = ("summary.json", "metrics.jsonl", os.path.join(".hydra", "config.yaml"))
 SKIP_DIRS = {"wandb", "checkpoints", "adapters", ".hydra", "__pycache__", ".git"}
 
 
@@ -110,34 +137,12 @@ class Runs:
 # local files
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a torn last line from a crash
-                continue
-    return rows
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text()) if path.exists() else None
-    except yaml.YAMLError:
-        return None
-
-
-def is_run_dir(path: Path) -> bool:
-    return any((path / f).exists() for f in RUN_FILES)
-
-
 def find_run_dirs(path: str | Path) -> list[Path]:
     """Run directories at or below ``path``, sorted (multirun cells by job number)."""
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"no such directory: {path}")
-    if is_run_dir(path) and not (path / "multirun.yaml").exists():
+    if is_run_dir(path) and not (path / SWEEP_MARKER).exists():
         return [path]
     found = []
     for root, dirs, _ in os.walk(path):
@@ -157,26 +162,21 @@ def find_run_dirs(path: str | Path) -> list[Path]:
 def read_run_dir(run_dir: Path, root: Path | None = None) -> RunRecord:
     """One run directory as a RunRecord (missing files give empty parts)."""
     run_dir = Path(run_dir)
-    sweep_dir = next((p for p in (run_dir.parent, run_dir.parent.parent) if (p / "multirun.yaml").exists()), None)
+    sweep_dir = next((p for p in (run_dir.parent, run_dir.parent.parent) if (p / SWEEP_MARKER).exists()), None)
     sweep = sweep_name(sweep_dir) if sweep_dir is not None else None
     run_id = f"{sweep}/{run_dir.name}" if sweep else str(run_dir.relative_to(root) if root else run_dir.name)
-    summary = None
-    if (run_dir / "summary.json").exists():
-        try:
-            summary = json.loads((run_dir / "summary.json").read_text())
-        except json.JSONDecodeError:
-            summary = None
-    config = _read_yaml(run_dir / ".hydra" / "config.yaml")
-    overrides = _read_yaml(run_dir / ".hydra" / "overrides.yaml") or []
+    summary = read_json(run_dir / SUMMARY)
+    config = read_yaml(run_dir / CONFIG)
+    overrides = read_yaml(run_dir / OVERRIDES) or []
     return RunRecord(
         run_id=run_id,
         run_dir=str(run_dir),
         sweep=sweep,
-        summary=summary,
+        summary=summary if isinstance(summary, dict) else None,
         config=config if isinstance(config, dict) else None,
         overrides=[str(o) for o in overrides],
-        metrics=_read_jsonl(run_dir / "metrics.jsonl"),
-        evals=_read_jsonl(run_dir / "eval.jsonl"),
+        metrics=read_jsonl(run_dir / METRICS),
+        evals=read_jsonl(run_dir / EVAL),
     )
 
 
@@ -239,21 +239,46 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _cell_label(axes: dict, extra: str) -> str:
-    method = axes["method"]
-    if method in METHOD_LABELS:
-        label = METHOD_LABELS[method]
-        if method == "self_refine" and axes["exchange"] not in (None, "visible"):
-            label += f" · {axes['exchange']}"
-    elif method == "agon" or method is None:
-        label = f"{axes['reward']} · {axes['exchange']}"
-        if axes["rotation"] not in (None, "alternate"):
-            label += " · fixed roles" if axes["rotation"] == "fixed" else f" · {axes['rotation']}"
-        if axes["init"] not in (None, "divergent"):
-            label += f" · {axes['init']} init"
-    else:
-        label = str(method)
-    return f"{label} [{extra}]" if extra else label
+def _applicable(method: Any, summary: dict) -> tuple[str, ...]:
+    """The ablation axes that change what ``method`` does: as the run recorded them, else as the registered method
+    says (a run from before summary.json held them), else all (unknown here: keep every axis, pool nothing)."""
+    recorded = summary.get("method_axes")
+    if isinstance(recorded, (list, tuple)):
+        return tuple(recorded)
+    registered = METHODS.get(method)
+    return registered.axes if registered is not None else METHOD_AXES
+
+
+def _method_label(method: Any, summary: dict) -> str:
+    registered = METHODS.get(method)
+    return summary.get("method_label") or (registered.label if registered is not None else str(method))
+
+
+def is_baseline(method: Any) -> bool:
+    """Whether ``method`` is compared against rather than studied (``Method.baseline``). A method this process does
+    not know counts as one: it gets a baseline's colour and stays out of the 2x2 grid rather than claim a place."""
+    registered = METHODS.get(method)
+    return registered.baseline if registered is not None else True
+
+
+def is_ablation(row: Any) -> bool:
+    """Whether a cell sets an axis outside the 2x2 grid (rotation, init) that applies to its method to a value
+    other than the default."""
+    return any(row[axis] not in (NA, None, DEFAULTS[axis]) for axis in METHOD_AXES if axis not in GRID_AXES)
+
+
+def _cell_label(row: dict, with_method: bool) -> str:
+    """``competitive · visible · fixed roles`` for the method under study (the grid's axes always, the others when
+    not at their default; its label first only when ``with_method``); ``self-refine · hidden`` for a baseline
+    (its label, then every axis not at its default). Axes that do not apply ("-") or are unknown are not shown."""
+    baseline = is_baseline(row["method"])
+    parts = [row["method_label"]] if baseline or with_method else []
+    for axis in METHOD_AXES:
+        value = row[axis]
+        if value not in (NA, None) and (value != DEFAULTS[axis] or (not baseline and axis in GRID_AXES)):
+            parts.append(f"{value}{LABEL_SUFFIX.get(axis, '')}")
+    label = " · ".join(parts) or row["method_label"]
+    return f"{label} [{row['extra']}]" if row["extra"] else label
 
 
 def _run_row(rec: RunRecord) -> dict:
@@ -262,8 +287,10 @@ def _run_row(rec: RunRecord) -> dict:
     for axis in AXES:
         value = summary.get(axis)
         axes[axis] = value if value is not None else _select(config, AXIS_KEYS[axis])
-    for axis in NOT_APPLICABLE.get(axes["method"], ()):
-        axes[axis] = NA
+    applicable = _applicable(axes["method"], summary)
+    for axis in METHOD_AXES:
+        if axis not in applicable:
+            axes[axis] = NA
     seed = summary.get("seed", config.get("seed"))
     experiment = summary.get("experiment", config.get("experiment"))
     extra = {o for o in rec.overrides if _override_key(o) not in set(AXIS_KEYS) | set(POOLED_OVERRIDES)}
@@ -273,6 +300,7 @@ def _run_row(rec: RunRecord) -> dict:
         "sweep": rec.sweep,
         "status": "complete" if rec.summary is not None else "incomplete",
         **axes,
+        "method_label": _method_label(axes["method"], summary),
         "experiment": experiment,
         "seed": seed,
         "overrides": summary.get("overrides", ",".join(rec.overrides)),
@@ -286,17 +314,18 @@ def _run_row(rec: RunRecord) -> dict:
 
 
 def cell_sort_key(row: Any) -> tuple:
-    """Order cells: the 2x2 grid first, then Agon ablations, then baselines; values in ORDER's order."""
+    """Order cells: methods in the registry's order (unknown ones last), each method's cells before its ablations;
+    config values in ORDER's order."""
 
     def rank(axis: str) -> int:
         value = row[axis]
-        order = ORDER.get(axis, ())
+        order = tuple(METHODS) if axis == "method" else ORDER.get(axis, ())
         return order.index(value) if value in order else len(order)
 
-    ablation = row["method"] == "agon" and (row["rotation"] != "alternate" or row["init"] != "divergent")
     return (
         rank("method"),
-        int(ablation),
+        str(row["method"]),  # unknown methods: each one's cells together
+        int(is_ablation(row)),
         rank("reward"),
         rank("exchange"),
         rank("rotation"),
@@ -314,9 +343,11 @@ def frames(records: Iterable[RunRecord]) -> Runs:
     # overrides every run shares (e.g. debug=smoke on the whole sweep) split no cells: keep only the differences
     shared = set.intersection(*(r["extra"] for r in run_rows)) if run_rows else set()
     settings = {(r["task"], r["model"]) for r in run_rows if r["task"] is not None or r["model"] is not None}
+    # several methods under study loaded: their cells would read alike, so each names its method
+    studied = {r["method"] for r in run_rows if not is_baseline(r["method"])}
     for r in run_rows:
         r["extra"] = ",".join(sorted(r["extra"] - shared))
-        r["cell"] = _cell_label(r, r["extra"])
+        r["cell"] = _cell_label(r, with_method=len(studied) > 1)
         if len(settings) > 1:  # several settings loaded: say which in the label
             r["cell"] += f" ({r['task']}, {r['model']})"
         r["cell_key"] = "|".join(f"{a}={r[a]}" for a in AXES) + (f"|{r['extra']}" if r["extra"] else "")
@@ -380,5 +411,5 @@ def load_runs(
 
 def newest_multirun(base: str | Path = "multirun") -> Path | None:
     """The newest multirun root under ``base`` by modification time of its ``multirun.yaml`` (written at launch)."""
-    roots = [p.parent for p in Path(base).glob("**/multirun.yaml")] if Path(base).is_dir() else []
-    return max(roots, key=lambda p: (p / "multirun.yaml").stat().st_mtime, default=None)
+    roots = [p.parent for p in Path(base).glob(f"**/{SWEEP_MARKER}")] if Path(base).is_dir() else []
+    return max(roots, key=lambda p: (p / SWEEP_MARKER).stat().st_mtime, default=None)

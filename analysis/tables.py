@@ -3,19 +3,21 @@
 ``cells_table(runs)`` pools the complete runs of each cell (seeds) into one row: mean accuracy at start and at the
 end, their difference, conversion and regression rates and final-stage trace length. ``results_table`` adds a
 95% bootstrap interval of the accuracy (over seeds where a cell has several, else over problems of its one run)
-and the paper's reported values where the cell matches one (``PAPER``). Fractions stay fractions in the frames;
-the text formats show percentages.
+and the paper's reported values where the cell matches one (``PAPER``, read from ``paper_results.yaml``, the
+data file that cites them). Fractions stay fractions in the frames; the text formats show percentages.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from analysis.load import NA, Runs, load_runs
 
@@ -56,52 +58,19 @@ HEADERS = {
     "paper_trace_tokens": "paper tokens",
     "paper_setting": "paper setting",
 }
-PAPER_SETTING = "Qwen3-0.6B, DeepMath-hard, pass@1"
-# (what the cell must match, reported pass@1, reported final-stage trace tokens); DESIGN.md section 1
-PAPER: list[tuple[dict[str, Any], float, float | None]] = [
-    ({"method": "grpo", "model_size": "4b"}, 0.59, None),
-    ({"method": "grpo"}, 0.30, 8100.0),
-    (
-        {
-            "method": "agon",
-            "reward": "cooperative",
-            "exchange": "visible",
-            "rotation": "alternate",
-            "init": "divergent",
-        },
-        0.46,
-        None,
-    ),
-    (
-        {
-            "method": "agon",
-            "reward": "competitive",
-            "exchange": "visible",
-            "rotation": "alternate",
-            "init": "divergent",
-        },
-        0.61,
-        3500.0,
-    ),
-    (
-        {
-            "method": "agon",
-            "reward": "competitive",
-            "exchange": "hidden",
-            "rotation": "alternate",
-            "init": "divergent",
-        },
-        0.32,
-        None,
-    ),
-    (
-        {"method": "agon", "reward": "competitive", "exchange": "visible", "rotation": "fixed", "init": "divergent"},
-        0.52,
-        None,
-    ),
-    # "about 8x below Agon": 61% / 8
-    ({"method": "moa"}, 0.61 / 8, None),
-]
+
+
+def _paper_results() -> tuple[str, list[tuple[dict[str, Any], float, float | None]]]:
+    """(the paper's setting, [(what a cell must match, reported pass@1, reported trace tokens)]) from
+    ``paper_results.yaml``, which says where each number comes from."""
+    data = yaml.safe_load(resources.files("analysis").joinpath("paper_results.yaml").read_text())
+    return data["setting"], [
+        (r["match"], float(r["pass_at_1"]), None if r["tokens"] is None else float(r["tokens"]))
+        for r in data["results"]
+    ]
+
+
+PAPER_SETTING, PAPER = _paper_results()
 
 
 def _model_size(model: Any) -> str:
@@ -113,7 +82,8 @@ def _model_size(model: Any) -> str:
 def paper_reference(row: Any) -> tuple[float, float | None, str] | None:
     """``(paper pass@1, paper trace tokens, setting note)`` for a cell the paper reports, else None.
 
-    The paper's Agon uses the competitive reward; ``reward=paper`` (the secondary note's form of it) matches too.
+    The paper's Agon uses the competitive reward; ``reward=paper`` (a weighted form of it,
+    ``conf/reward/paper.yaml``) matches too.
     """
     values = {k: row.get(k) for k in ("method", "reward", "exchange", "rotation", "init")}
     if values["reward"] == "paper":
@@ -300,7 +270,7 @@ def format_table(df: pd.DataFrame) -> str:
     left = [c in TEXT_COLUMNS for c in cols]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if l else c.rjust(w) for c, w, l in zip(cells, widths, left)).rstrip()
+        return "  ".join(c.ljust(w) if text else c.rjust(w) for c, w, text in zip(cells, widths, left)).rstrip()
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in body)])
 

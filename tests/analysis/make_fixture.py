@@ -5,9 +5,10 @@
 Four held-out problems, one sample each. ``SPECS`` gives, per run and phase, each order's draft and final
 correctness and final-stage tokens. Those are built into ``Game`` objects (the games ``rollout.play`` returns), and
 ``agon.cascade.summarise`` turns them into the eval.jsonl rows and the evaluation metrics, exactly as a run does:
-nothing here re-implements a metric. metrics.jsonl and summary.json take those metrics the way the trainer and
-``agon.run`` write them. The expected table values in test_analysis.py are worked out by hand from SPECS, and
-test_analysis.py checks that the committed files are what this script writes with the current agon/cascade.py.
+nothing here re-implements a metric. What each method plays, its axes and its label come from ``agon.methods``.
+metrics.jsonl and summary.json take those metrics the way the trainer and ``agon.run`` write them. The expected
+table values in test_analysis.py are worked out by hand from SPECS, and test_analysis.py checks that the committed
+files are what this script writes with the current agon/cascade.py and agon/methods.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from agon.cascade import EvalResult, order_name, pipelines, summarise
+from agon.cascade import EvalResult, order_name, summarise
+from agon.methods import get_method
 from agon.policies import Completion
 from agon.rollout import Attempt, Game, Round
 from agon.tasks import Problem, Verdict
@@ -98,10 +100,10 @@ def _adapter(name: str) -> str | None:
 
 def evaluation(spec: dict, phase: str, step: int) -> EvalResult:
     """eval.jsonl rows and metrics of one phase, from agon.cascade exactly as the trainer gets them."""
-    plays, headline = pipelines(spec["method"], "alternate")
+    plan = get_method(spec["method"]).evaluation("alternate")
     played = games(spec[phase], spec["exchange"])
-    assert list(played) == [order_name(d, a) for d, a in plays], (spec["method"], list(played))
-    return summarise(played, headline, step=step, phase=phase)
+    assert list(played) == [order_name(d, a) for d, a in plan.plays], (spec["method"], list(played))
+    return summarise(played, plan.headline, step=step, phase=phase)
 
 
 def logged(metrics: dict) -> dict:
@@ -193,6 +195,8 @@ def write_run(root: Path, rel: str, spec: dict) -> None:
         "time/train_s": 5.0,
         "time/total_s": 6.0,
         "method": spec["method"],
+        "method_axes": list(get_method(spec["method"]).axes),
+        "method_label": get_method(spec["method"]).label,
         "reward": spec["reward"],
         "exchange": spec["exchange"],
         "rotation": "alternate",

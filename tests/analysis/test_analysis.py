@@ -26,6 +26,7 @@ over both orders):
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -34,10 +35,14 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import yaml
 
+from agon.methods import METHODS, Evaluation, Method, register_method
+from agon.run_files import CONFIG, SUMMARY, SWEEP_MARKER
 from analysis import cells_table, format_table, load_runs, newest_multirun, results_table, sweep_table
+from analysis.figures import BASELINE_COLORS, baseline_colors, cell_style
 from analysis.figures import main as figures_main
-from analysis.load import find_run_dirs
+from analysis.load import RunRecord, find_run_dirs, frames, read_run_dir
 from analysis.tables import bootstrap_ci, final_rows, paper_reference, to_latex, to_markdown
 from tests.analysis import make_fixture
 
@@ -370,14 +375,20 @@ def test_wandb_source_builds_the_same_frames():
     assert _row(table, "competitive · visible")["delta"] == pytest.approx(0.3)
 
 
-def test_sweep_table_callback_prints_and_writes(tmp_path, capsys):
+def test_sweep_table_callback_prints_and_writes(tmp_path, capsys, monkeypatch):
     from omegaconf import OmegaConf
 
     from analysis.callbacks import SweepTable
 
     sweep = tmp_path / "multirun" / "2026-11-30" / "10-00-00"
     shutil.copytree(GRID, sweep)
-    SweepTable().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}})
+    # under several processes every rank runs the callback: only rank 0 prints and writes
+    monkeypatch.setenv("RANK", "1")
+    SweepTable().on_multirun_end(config)
+    assert capsys.readouterr().out == "" and not (sweep / "cells.md").exists()
+    monkeypatch.setenv("RANK", "0")
+    SweepTable().on_multirun_end(config)
     printed = capsys.readouterr().out
     assert "one row per cell" in printed and printed.count("\nagon ") == 4
     assert (sweep / "cells.md").read_text().count("competitive") == 2
@@ -386,8 +397,6 @@ def test_sweep_table_callback_prints_and_writes(tmp_path, capsys):
 
 
 def test_several_settings_are_labelled_and_matched_to_the_paper(tmp_path):
-    import json
-
     run = tmp_path / "multirun" / "2026-12-01" / "08-00-00" / "0_exchange=hidden,task=deepmath_hard"
     shutil.copytree(GRID / "2_exchange=hidden,reward=competitive", run)
     (run.parent / "multirun.yaml").write_text("hydra: {}\n")
@@ -404,8 +413,6 @@ def test_several_settings_are_labelled_and_matched_to_the_paper(tmp_path):
 
 
 def test_extra_overrides_split_cells_unless_every_run_shares_them():
-    from analysis.load import RunRecord, frames
-
     def record(run_id: str, *overrides: str) -> RunRecord:
         summary = {"method": "agon", "reward": "competitive", "exchange": "visible", "rotation": "alternate",
                    "init": "divergent", "task": "arithmetic", "model": "tiny", "eval/accuracy": 0.5}  # fmt: skip
@@ -419,3 +426,140 @@ def test_extra_overrides_split_cells_unless_every_run_shares_them():
     assert list(runs["extra"]) == ["", "", "trainer.learning_rate=0.001"]
     assert runs.loc["a", "cell_key"] == runs.loc["b", "cell_key"] != runs.loc["c", "cell_key"]
     assert runs.loc["c", "cell"] == "competitive · visible [trainer.learning_rate=0.001]"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# methods: what applies, labels, order and colours come from agon.methods and summary.json, not from analysis/
+
+
+def _write_run(run: Path, summary: dict | None, config: dict) -> Path:
+    """A run directory written by hand: the Hydra config, and summary.json unless ``summary`` is None."""
+    (run / CONFIG).parent.mkdir(parents=True)
+    (run / CONFIG).write_text(yaml.safe_dump(config))
+    if summary is not None:
+        (run / SUMMARY).write_text(json.dumps(summary))
+    return run
+
+
+def _summary(method: str, **values) -> dict:
+    axes = {"reward": "competitive", "exchange": "visible", "rotation": "alternate", "init": "divergent"}
+    return {"method": method, **axes, "task": "arithmetic", "model": "tiny", "seed": 0, "eval/accuracy": 0.5,
+            "eval/accuracy_at_start": 0.25, **values}  # fmt: skip
+
+
+@pytest.fixture
+def toy():
+    """A baseline registered by a user's script: exchange and init apply to it, reward and rotation do not."""
+
+    @register_method
+    class Toy(Method):
+        name, label, axes = "toy", "toy", ("exchange", "init")
+
+        def evaluation(self, rotation: str) -> Evaluation:
+            return Evaluation([("A", False)], ["A"])
+
+    try:
+        yield Toy
+    finally:
+        del METHODS["toy"]
+
+
+def test_a_registered_method_names_its_cells(tmp_path, toy):
+    recorded = {"method_axes": ["exchange", "init"], "method_label": "toy"}
+    root = tmp_path / "2026-12-02" / "09-00-00"
+    (root / SWEEP_MARKER).parent.mkdir(parents=True)
+    (root / SWEEP_MARKER).write_text("hydra: {}\n")
+    for i, values in enumerate([
+        {"reward": "cooperative", "exchange": "hidden", "rotation": "fixed", "init": "symmetric", "seed": 0},
+        {"reward": "competitive", "exchange": "hidden", "rotation": "alternate", "init": "symmetric", "seed": 1},
+        {"reward": "cooperative", "exchange": "visible", "rotation": "fixed", "init": "divergent"},
+    ]):  # fmt: skip
+        _write_run(root / f"{i}_method=toy", _summary("toy", **recorded, **values), {"method": {"name": "toy"}})
+    data = load_runs([FIXTURES, root])
+    toys = data.runs[data.runs["method"] == "toy"]
+    # reward and rotation do not apply: "-", so the two seeds pool although their reward and rotation differ
+    assert set(toys["reward"]) == set(toys["rotation"]) == {"-"}
+    assert list(toys["exchange"]) == ["visible", "hidden", "hidden"] and list(toys["seed"]) == [0, 0, 1]
+    table = cells_table(data.runs)
+    # after every registered method's cells; a baseline's label names what is not at its default
+    assert list(table["cell"]) == [*CELLS, "toy", "toy · hidden · symmetric init"]
+    assert list(table["seeds"])[-2:] == [1, 2]
+    # registered baselines keep their colours whatever else is loaded; the toy comes after them
+    colors = baseline_colors(table["method"])
+    assert colors == {"self_refine": "#937860", "grpo": "#7f7f7f", "moa": "#8172b3", "toy": BASELINE_COLORS[3]}
+    assert cell_style(_row(table, "toy"), colors)["color"] == BASELINE_COLORS[3]
+
+
+def test_an_old_summary_takes_the_registered_method(tmp_path):
+    """Runs written before summary.json held method_axes and method_label: the registry says what applies."""
+    old = {"method_axes", "method_label"}
+    grpo = json.loads((BASELINES / "0_method=grpo" / SUMMARY).read_text())
+    assert old <= set(grpo)  # the fixture is new-style: the keys are dropped here
+    _write_run(tmp_path / "grpo", {k: v for k, v in grpo.items() if k not in old}, grpo["config"])
+    moa = _summary("moa", reward="cooperative", exchange="hidden")
+    _write_run(tmp_path / "moa", moa, {"method": {"name": "moa"}})
+    runs = load_runs(tmp_path).runs.set_index("method")
+    assert tuple(runs.loc["grpo", ["reward", "exchange", "rotation", "init", "cell"]]) == ("-", "-", "-", "-", "GRPO")
+    # MoA takes only the exchange: a hidden exchange is its own cell, and the reward is not shown
+    assert tuple(runs.loc["moa", ["reward", "exchange", "cell"]]) == ("-", "hidden", "MoA (untrained) · hidden")
+
+
+def test_an_unknown_method_keeps_every_axis(tmp_path):
+    """A method this process never registered: every axis is kept (none pooled), its name is its label, and it
+    sorts after the registered methods. What its summary.json recorded still wins."""
+    _write_run(tmp_path / "debate", _summary("debate", exchange="hidden"), {"method": {"name": "debate"}})
+    panel = _summary("panel", exchange="hidden", method_axes=["reward"], method_label="Panel")
+    _write_run(tmp_path / "panel", panel, {"method": {"name": "panel"}})
+    # crashed before summary.json: the axes come from the config, every one of them kept
+    _write_run(tmp_path / "crashed", None, {"method": {"name": "debate"}, "rotation": {"mode": "fixed"}})
+    runs = load_runs([tmp_path, BASELINES]).runs
+    assert list(runs["cell"]) == ["self-refine", "GRPO", "debate · hidden", "debate · fixed roles", "Panel"]
+    debate = runs[runs["cell"] == "debate · hidden"].iloc[0]
+    assert tuple(debate[["reward", "exchange", "rotation", "init"]]) == ("competitive", "hidden", "alternate",
+                                                                         "divergent")  # fmt: skip
+    panel = runs[runs["method"] == "panel"].iloc[0]
+    assert tuple(panel[["reward", "exchange", "rotation", "init"]]) == ("competitive", "-", "-", "-")
+    # unknown methods count as baselines: their own colours, outside the 2x2 grid
+    colors = baseline_colors(runs["method"])
+    assert (colors["debate"], colors["panel"]) == BASELINE_COLORS[3:5]
+    assert baseline_colors([f"u{i}" for i in range(4)])["u3"] == BASELINE_COLORS[0]  # the palette cycles
+
+
+def test_several_methods_under_study_name_themselves():
+    """Two methods that are not baselines would share labels (``competitive · visible``): each names its method."""
+
+    @register_method
+    class Duel(Method):
+        name, label, axes, baseline = "duel", "Duel", ("reward", "exchange"), False
+
+    try:
+        alone = load_runs(GRID).runs
+        assert list(alone["cell"].drop_duplicates()) == CELLS[:4]
+        duel = {"method_axes": ["reward", "exchange"], "method_label": "Duel", "rotation": "fixed"}
+        records = [RunRecord("duel", summary=_summary("duel", **duel))]
+        records += [read_run_dir(d) for d in find_run_dirs(GRID)]
+        runs = frames(records).runs
+        labels = [f"Agon · {c}" for c in CELLS[:4]] + ["Duel · competitive · visible"]
+        assert list(runs["cell"].drop_duplicates()) == labels
+        assert runs.iloc[-1]["rotation"] == "-"
+    finally:
+        del METHODS["duel"]
+
+
+def test_the_grid_holds_the_method_under_study_at_its_defaults(tmp_path):
+    """The 2x2 grid's cooperative/hidden square stays empty: neither an ablation (fixed roles) nor a baseline
+    (an unknown method counts as one) fills it."""
+    import matplotlib.pyplot as plt
+
+    from analysis.figures import accuracy_figure
+
+    _write_run(tmp_path / "fixed", _summary("agon", reward="cooperative", exchange="hidden", rotation="fixed"), {})
+    _write_run(tmp_path / "debate", _summary("debate", reward="cooperative", exchange="hidden"), {})
+    _write_run(tmp_path / "agon", _summary("agon", exchange="hidden"), {})
+    data = load_runs(tmp_path)
+    cells = ["competitive · hidden", "cooperative · hidden · fixed roles", "debate · cooperative · hidden"]
+    assert list(data.runs["cell"]) == cells
+    fig = accuracy_figure(data, results_table(data))
+    # squares row by row: competitive (visible, hidden), cooperative (visible, hidden)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["not run", "50.0%\nΔ +25.0 pts\nn=1", "not run", "not run"]
+    plt.close(fig)
