@@ -8,7 +8,8 @@ only input to "all wrong" checks elsewhere: shaped terms never decide whether a 
     challenger  competitive: correct_weight * b + conversion_bonus * b * (1 - a)
                              + length_tiebreak * b * a * [len(z) < len(y)] + format_weight * format_ok(z)
                 cooperative: correct_weight * b
-    paper       competitive with the secondary note's weights (2, 1, 0, 0.5), set in conf/reward/paper.yaml
+    paper       competitive with the weights of the paper's reward form (2, 1, 0, 0.5): R = 2 c(b) + c(b)(1 - c(a))
+                + 0.5 format(b), set in conf/reward/paper.yaml
 
 A NaN correctness (the verifier could not score the completion) makes that row's reward NaN, which the advantage
 leaves out of its group and gives advantage 0. Without a challenger (vanilla GRPO) only the drafter's terms exist.
