@@ -1,21 +1,44 @@
-"""``make bench``: speed of a vanilla GRPO step of agon against TRL's ``GRPOTrainer``, side by side in one process.
+"""``make bench``: how fast agon's training step is, measured side by side, with equal work on both sides.
 
-Both train the same LoRA (rank 8, all linear layers) on the same Qwen3-architecture model and tokenizer, on the same
-arithmetic prompts, with the same group size, batch and completion length, on the same threads. Each side is
-warmed up, then timed over ``--steps`` steps; the report is the ratio of median step times (TRL / agon), so the
-machine's speed cancels out. Results go to stdout and to ``bench.json``.
+Three parts, each measured within one run so the machine's speed cancels out of its ratio (``--only`` picks some):
 
-It also measures the memory of scoring (per-token log-probabilities, forward and backward) at Qwen3's vocabulary of
+``agon-vs-grpo``: an Agon step (drafts and challenges, then an update of each role's adapter) against agon's own
+vanilla GRPO step (drafts, then one update) on the same batch. Both trainers are built the way ``agon.run`` builds
+them: the config composed from ``conf/`` with ``method=agon`` or ``method=grpo`` (Hydra overrides given on the
+command line reach both), the offline world's model, the same seed and so the same problems in the same order, the
+same prompts per step, group size and completion budget. They take turns, one step each, the first to go alternating,
+so a change in the machine's load reaches both. Each runs 7 steps; the first is a warm-up, left out of the medians.
+Reported: median step, generation and update (step minus generation) seconds of each, the ratios Agon / GRPO next
+to the target (an Agon step at most 2.1x a GRPO step), and completion tokens per step of each.
+
+``trl``: a vanilla GRPO step of agon against TRL's ``GRPOTrainer`` in one process. Both train the same LoRA (rank 8,
+all linear layers) on the same randomly initialised Qwen3-architecture model and tokenizer, on prompts from the same
+arithmetic task, with the same group size, batch and completion budget, on the same threads; each is warmed up, then
+timed over ``--steps`` steps. Reported: the ratio of median step times (TRL / agon).
+
+``memory``: the memory of scoring (per-token log-probabilities, forward and backward) at Qwen3's vocabulary of
 151,936 for one batch of 4 sequences x 1,024 completion tokens, on a 2-layer model of Qwen3-0.6B's width: agon's
 chunked ``selective_logps`` from hidden states against the straightforward full float32 log-softmax of the whole
 logits, each in its own process (peak resident memory, ``ru_maxrss``), so neither inherits the other's allocations.
 
-Left out on purpose: absolute targets. A ratio measured in one run is the claim; seconds depend on the machine.
+Equal work: every completion on every side runs to its token budget, the end of turn suppressed (agon's
+``Sampling.ignore_eos``, TRL's ``min_new_tokens``), so no side is faster for stopping earlier. Completion tokens per
+step are counted from what each side reports (agon's ``train/generated_tokens`` and ``role/*/completion_tokens``,
+TRL's ``completions/mean_length``), printed, and checked: every step of every side writes exactly its budget, so an
+Agon step writes twice a GRPO step's tokens (drafts + challenges) and agon's GRPO step as many as TRL's. Any other
+count prints ``UNEQUAL WORK`` and exits 1; ``bench.json`` is still written, with ``equal_work: false``.
+
+Left out on purpose: seconds as claims (they depend on the machine; a ratio measured in one run is the claim, the
+2.1x target included); what the steps learn (rewards are computed, never compared); evaluation; prompt tokens, which
+differ a little between the agon and TRL sides (each draws its own problems from the task); the wall time of the
+first steps (model loading, warm-up), which the medians leave out.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import resource
 import statistics
@@ -24,8 +47,209 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Sequence
 
 import torch
+
+PARTS = ("agon-vs-grpo", "trl", "memory")
+# the issue's bar: an Agon step (both roles' rollouts and updates) costs at most this many GRPO steps (one role's)
+AGON_OVER_GRPO_TARGET = 2.1
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agon.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", choices=PARTS,
+                        help="run this part only (repeat for several; default: all three)")
+    parser.add_argument("--agon-vs-grpo-steps", type=int, default=7, help="steps of each trainer (agon-vs-grpo)")
+    parser.add_argument("--agon-vs-grpo-warmup", type=int, default=1,
+                        help="leading steps left out of the medians (agon-vs-grpo)")
+    parser.add_argument("overrides", nargs="*",
+                        help="Hydra overrides for both trainers of agon-vs-grpo, e.g. trainer.prompts_per_step=8")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps of each side (trl)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed leading steps of each side (trl)")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per step (trl)")
+    parser.add_argument("--generations", type=int, default=8, help="completions per prompt (trl)")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens of every completion (trl)")
+    parser.add_argument("--hidden", type=int, default=64, help="model width (trl)")
+    parser.add_argument("--layers", type=int, default=4, help="model depth (trl)")
+    parser.add_argument("--out", type=Path, default=Path("bench.json"))
+    parser.add_argument("--scoring-child", choices=["selective", "full"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.scoring_child:  # one side of the memory comparison, alone in this process
+        print(json.dumps(_score_once(args.scoring_child)))
+        return 0
+    parts = args.only or list(PARTS)
+    report: dict[str, Any] = {"setup": _environment(argv)}
+    unequal: list[str] = []
+    if "agon-vs-grpo" in parts:
+        pair = agon_vs_grpo(args.agon_vs_grpo_steps, args.agon_vs_grpo_warmup, args.overrides)
+        report["agon_vs_grpo"] = pair
+        unequal += pair["unequal_work"]
+        _print_agon_vs_grpo(pair)
+    if "trl" in parts:
+        versus = trl_vs_agon(args)
+        report["trl"] = versus
+        unequal += versus["unequal_work"]
+        _print_trl(versus)
+    if "memory" in parts:
+        memory = {kind: _scoring_memory(kind) for kind in ("full", "selective")}
+        report["scoring_memory"] = memory
+        report["scoring_peak_ratio_selective_over_full"] = memory["selective"]["peak_gib"] / memory["full"]["peak_gib"]
+        _print_memory(memory)
+    report["equal_work"] = not unequal
+    args.out.write_text(json.dumps(report, indent=2))
+    for line in unequal:
+        print(f"UNEQUAL WORK: {line}")
+    print(f"written to {args.out}")
+    return 1 if unequal else 0
+
+
+def _environment(argv: list[str] | None) -> dict[str, Any]:
+    from agon.run import _git_commit, _versions
+
+    return {"argv": list(sys.argv[1:] if argv is None else argv), "threads": torch.get_num_threads(),
+            "git_commit": _git_commit(), "versions": _versions()}
+
+
+def _compose(overrides: Sequence[str]):
+    from hydra import compose, initialize_config_dir
+
+    import agon.config  # noqa: F401  (registers the schemas)
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def _budgeted(sampling):
+    """``sampling`` with the end of turn suppressed: every completion runs to ``max_new_tokens`` (equal work)."""
+    return dataclasses.replace(sampling, ignore_eos=True)
+
+
+def unequal_work(side: str, tokens_per_step: Sequence[int], expected: int) -> list[str]:
+    """One line for each step of ``side`` whose completion tokens are not ``expected``; empty when all are."""
+    return [f"{side} wrote {n} completion tokens at step {i + 1}, expected {expected}"
+            for i, n in enumerate(tokens_per_step) if n != expected]
+
+
+def _median(xs: Sequence[float], warmup: int) -> float:
+    return statistics.median(xs[warmup:])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Agon vs agon's GRPO
+
+
+def _run_trainer(cfg, run_dir: Path, stack: contextlib.ExitStack):
+    """A trainer built as ``agon.run`` builds one (checked config, seeded, base from ``load_base``, the method's
+    adapters from ``build_policies``, a recorder with the configured logger), sampling every completion to its
+    budget. The task and recorder are closed by ``stack``."""
+    from agon.config import validate
+    from agon.policies import build_policies, load_base
+    from agon.recorder import Recorder, build_logger
+    from agon.tasks import build_task
+    from agon.trainer import Trainer
+
+    validate(cfg)
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg.task)
+    stack.callback(task.close)
+    model, tokenizer = load_base(cfg.model, cfg.task)
+    policies = build_policies(cfg, model, tokenizer)
+    recorder = Recorder(run_dir, build_logger(cfg, run_dir))
+    stack.callback(recorder.close)
+    trainer = Trainer(cfg, policies, task, recorder, run_dir, log=lambda *_: None)
+    trainer.sampling = _budgeted(trainer.sampling)
+    return trainer
+
+
+def _side(metrics: list[dict[str, Any]], rows: int, warmup: int) -> dict[str, Any]:
+    """Per-step seconds and completion tokens of one trainer, from its step metrics, and their medians."""
+    step = [m["time/step_s"] for m in metrics]
+    generation = [m["time/generation_s"] for m in metrics]
+    update = [s - g for s, g in zip(step, generation)]
+    cumulative = [0] + [int(m["train/generated_tokens"]) for m in metrics]
+    return {
+        "step_s": step, "generation_s": generation, "update_s": update,
+        "median_step_s": _median(step, warmup), "median_generation_s": _median(generation, warmup),
+        "median_update_s": _median(update, warmup),
+        "completion_tokens": [b - a for a, b in zip(cumulative, cumulative[1:])],
+        # the role metrics are means per completion; times the rows they are the role's tokens of the step
+        "draft_tokens": [round(m["role/drafter/completion_tokens"] * rows) for m in metrics],
+        "challenge_tokens": [round(m.get("role/challenger/completion_tokens", 0.0) * rows) for m in metrics],
+    }
+
+
+def agon_vs_grpo(steps: int = 7, warmup: int = 1, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """An Agon step against agon's GRPO step on the same batch, every completion at its budget (module docstring)."""
+    from omegaconf import OmegaConf
+
+    if not 0 <= warmup < steps:
+        raise ValueError(f"--agon-vs-grpo-warmup ({warmup}) must be below --agon-vs-grpo-steps ({steps})")
+    # the run's own settings (model=tiny: the offline world), without what a bench has no use for: no logger,
+    # no evaluation before training, no progress bar; the method comes last so both sides differ in it alone
+    common = ["logger=none", "eval.at_start=false", "progress=false", *overrides]
+    cfgs = {method: _compose([*common, f"method={method}"]) for method in ("grpo", "agon")}
+    t = cfgs["grpo"].trainer
+    rows = t.prompts_per_step * t.num_generations
+    metrics: dict[str, list[dict[str, Any]]] = {"grpo": [], "agon": []}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        trainers = {m: _run_trainer(cfg, Path(tmp) / m, stack) for m, cfg in cfgs.items()}
+        for i in range(steps):
+            # taking turns, with the first alternating, spreads the machine's load and any order effect over both
+            for method in ("grpo", "agon") if i % 2 == 0 else ("agon", "grpo"):
+                metrics[method].append(trainers[method].step())
+    grpo, agon = (_side(metrics[m], rows, warmup) for m in ("grpo", "agon"))
+    budget = rows * t.max_new_tokens  # one role's completions, each run to the budget
+    unequal = (unequal_work("GRPO", grpo["completion_tokens"], budget)
+               + unequal_work("GRPO drafts", grpo["draft_tokens"], budget)
+               + unequal_work("Agon", agon["completion_tokens"], 2 * budget)
+               + unequal_work("Agon drafts", agon["draft_tokens"], budget)
+               + unequal_work("Agon challenges", agon["challenge_tokens"], budget))
+    model = cfgs["agon"].model
+    ratio = {k: agon[f"median_{k}_s"] / grpo[f"median_{k}_s"] for k in ("step", "generation", "update")}
+    return {
+        "setup": {
+            "model": model.name,
+            "tiny": OmegaConf.to_container(model.tiny, resolve=True) if model.name == "tiny" else None,
+            "lora_rank": model.lora.rank, "prompts_per_step": t.prompts_per_step,
+            "num_generations": t.num_generations, "max_new_tokens": t.max_new_tokens, "ignore_eos": True,
+            "seed": cfgs["agon"].seed, "steps": steps, "warmup": warmup, "overrides": list(overrides),
+            "threads": torch.get_num_threads(),
+        },
+        "grpo": grpo, "agon": agon,
+        "ratio_agon_over_grpo": ratio, "target_step_ratio": AGON_OVER_GRPO_TARGET,
+        "meets_target": ratio["step"] <= AGON_OVER_GRPO_TARGET,
+        "budget_tokens_per_role": budget, "unequal_work": unequal,
+    }
+
+
+def _print_agon_vs_grpo(r: dict[str, Any]) -> None:
+    s, g, a, ratio = r["setup"], r["grpo"], r["agon"], r["ratio_agon_over_grpo"]
+    model = s["model"] if s["tiny"] is None else (
+        f"offline world (tiny, {s['tiny']['hidden_size']} wide x {s['tiny']['num_layers']} layers)")
+    print(f"Agon step vs agon's GRPO step on the same batch: {model}, LoRA r={s['lora_rank']}, "
+          f"{s['prompts_per_step']} prompts x {s['num_generations']} completions x {s['max_new_tokens']} tokens "
+          f"(end of turn suppressed), {s['threads']} threads; {s['steps']} steps each, median of steps "
+          f"{s['warmup'] + 1}-{s['steps']}")
+
+    def tokens(side: dict[str, Any]) -> str:  # the step's tokens, or every step's when they differ
+        n = side["completion_tokens"]
+        return str(n[0]) if len(set(n)) == 1 else "/".join(map(str, n))
+
+    print(f"  {'':10} {'step s':>8} {'generation s':>13} {'update s':>9}   completion tokens per step")
+    print(f"  {'GRPO':10} {g['median_step_s']:8.3f} {g['median_generation_s']:13.3f} {g['median_update_s']:9.3f}   "
+          f"{tokens(g)} (drafts)")
+    print(f"  {'Agon':10} {a['median_step_s']:8.3f} {a['median_generation_s']:13.3f} {a['median_update_s']:9.3f}   "
+          f"{tokens(a)} (drafts + challenges)")
+    verdict = "met" if r["meets_target"] else "NOT met"
+    token_ratio = statistics.median(a["completion_tokens"]) / max(statistics.median(g["completion_tokens"]), 1)
+    print(f"  {'Agon/GRPO':10} {ratio['step']:7.2f}x {ratio['generation']:12.2f}x {ratio['update']:8.2f}x   "
+          f"{token_ratio:.2f}x (2x expected)   target: step <= {r['target_step_ratio']}x, {verdict}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# agon's GRPO vs TRL's GRPOTrainer
 
 
 def _setup(hidden: int, layers: int):
@@ -36,6 +260,10 @@ def _setup(hidden: int, layers: int):
     from agon.tasks import build_task
 
     tok = world.build_tokenizer()
+    # padding with the end-of-turn token, which both sides suppress: a random model samples every token, and agon's
+    # decoding drops trailing pad tokens from a completion, so one that happened to end in a pad token would count
+    # a token short of the work its row took (seen: 255 of 256 tokens); TRL counts it in full
+    tok.pad_token = tok.eos_token
     shape = TinyWorldConfig(hidden_size=hidden, num_layers=layers, num_heads=4, num_kv_heads=2,
                             intermediate_size=3 * hidden)
     model = world.build_model(shape, len(tok), seed=0)
@@ -43,46 +271,130 @@ def _setup(hidden: int, layers: int):
     return tok, model, task
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m agon.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--generations", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=Path("bench.json"))
-    parser.add_argument("--scoring-child", choices=["selective", "full"], help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.scoring_child:  # one side of the memory comparison, alone in this process
-        print(json.dumps(_score_once(args.scoring_child)))
-        return
-    memory = {kind: _scoring_memory(kind) for kind in ("full", "selective")}
-    agon_s = _agon_steps(args)
-    trl_s = _trl_steps(args)
-    a, t = statistics.median(agon_s), statistics.median(trl_s)
-    report = {
-        "setup": {k: v for k, v in vars(args).items() if k != "out"},
-        "agon_step_s": agon_s, "trl_step_s": trl_s,
-        "agon_median_s": a, "trl_median_s": t, "speedup_trl_over_agon": t / a,
-        "scoring_memory": memory,
-        "scoring_peak_ratio_selective_over_full": memory["selective"]["peak_gib"] / memory["full"]["peak_gib"],
+def trl_vs_agon(args) -> dict[str, Any]:
+    """agon's GRPO step against TRL's, every completion at its budget on both sides (module docstring)."""
+    agon, trl = _agon_steps(args), _trl_steps(args)
+    budget = args.prompts * args.generations * args.max_new_tokens
+    a, t = _median(agon["step_s"], args.warmup), _median(trl["step_s"], args.warmup)
+    return {
+        "setup": {"prompts": args.prompts, "generations": args.generations, "max_new_tokens": args.max_new_tokens,
+                  "ignore_eos": True, "hidden": args.hidden, "layers": args.layers, "lora_rank": 8,
+                  "steps": args.steps, "warmup": args.warmup, "threads": torch.get_num_threads()},
+        "agon": agon | {"median_step_s": a}, "trl": trl | {"median_step_s": t},
+        "speedup_trl_over_agon": t / a, "budget_tokens": budget,
+        "unequal_work": (unequal_work("agon (vs TRL)", agon["completion_tokens"], budget)
+                         + unequal_work("TRL", trl["completion_tokens"], budget)),
     }
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"vanilla GRPO step, {args.prompts} prompts x {args.generations} completions of <= {args.max_new_tokens} "
-          f"tokens, LoRA r=8, {args.hidden}x{args.layers} Qwen3, {torch.get_num_threads()} threads")
-    print(f"  agon  median {a:.3f} s/step   ({', '.join(f'{x:.2f}' for x in agon_s)})")
-    print(f"  TRL   median {t:.3f} s/step   ({', '.join(f'{x:.2f}' for x in trl_s)})")
-    print(f"  ratio TRL/agon = {t / a:.2f}x   (written to {args.out})")
+
+
+def _print_trl(r: dict[str, Any]) -> None:
+    s, a, t = r["setup"], r["agon"], r["trl"]
+    print(f"agon GRPO step vs TRL GRPOTrainer step: {s['prompts']} prompts x {s['generations']} completions x "
+          f"{s['max_new_tokens']} tokens (end of turn suppressed on both), LoRA r={s['lora_rank']}, "
+          f"{s['hidden']}x{s['layers']} Qwen3, {s['threads']} threads; median of {s['steps']} steps after "
+          f"{s['warmup']} warm-up")
+    w = s["warmup"]
+    for name, side in (("agon", a), ("TRL", t)):
+        timed = ", ".join(f"{x:.2f}" for x in side["step_s"][w:])
+        tokens = side["completion_tokens"]
+        print(f"  {name:5} median {side['median_step_s']:.3f} s/step ({timed})   completion tokens per step "
+              f"{tokens[0] if len(set(tokens)) == 1 else '/'.join(map(str, tokens))}")
+    print(f"  ratio TRL/agon = {r['speedup_trl_over_agon']:.2f}x")
+
+
+def _agon_steps(args) -> dict[str, list]:
+    from agon.policies import build_policies
+    from agon.recorder import Recorder
+    from agon.trainer import Trainer
+
+    tok, model, task = _setup(args.hidden, args.layers)
+    cfg = _compose([
+        "method=grpo", "logger=none", f"trainer.prompts_per_step={args.prompts}",
+        f"trainer.num_generations={args.generations}", f"trainer.max_new_tokens={args.max_new_tokens}",
+        "trainer.learning_rate=1e-5", "model.lora.rank=8", "model.lora.alpha=16"])
+    cfg.task = task.cfg
+    policies = build_policies(cfg, model, tok)
+    out: dict[str, list] = {"step_s": [], "completion_tokens": [], "truncated_ratio": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(cfg, policies, task, Recorder(Path(tmp), enabled=False), Path(tmp), log=lambda *_: None)
+        trainer.sampling = _budgeted(trainer.sampling)
+        done = 0
+        for _ in range(args.warmup + args.steps):
+            t0 = time.perf_counter()
+            m = trainer.step()
+            out["step_s"].append(time.perf_counter() - t0)
+            out["completion_tokens"].append(m["train/generated_tokens"] - done)
+            out["truncated_ratio"].append(m["role/drafter/truncated_ratio"])
+            done = m["train/generated_tokens"]
+    return out
+
+
+def _trl_steps(args) -> dict[str, list]:
+    from datasets import Dataset
+    from peft import LoraConfig as PeftLora
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    tok, model, task = _setup(args.hidden, args.layers)
+    problems = list(task.train_problems())[: args.prompts * (args.warmup + args.steps + 2)]
+    by_prompt = {}
+    prompts = []
+    for p in problems:
+        text = tok.apply_chat_template([{"role": "user", "content": p.question}], tokenize=False,
+                                       add_generation_prompt=True)
+        by_prompt[text] = p
+        prompts.append(text)
+
+    def reward(prompts, completions, **kw):
+        return [float(v.correct) for v in task.verify([by_prompt[p] for p in prompts], completions)]
+
+    out: dict[str, list] = {"step_s": [], "completion_tokens": [], "clipped_ratio": []}
+    rows = args.prompts * args.generations
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            out["step_s"].append(time.perf_counter() - self.t0)
+
+        # logging_steps=1: one log per step, after on_step_end, so outside the clock; TRL's own count of the step's
+        # completion lengths (up to and including an end of turn) is how we know min_new_tokens took effect
+        def on_log(self, args_, state, control, logs=None, **k):
+            if logs and "completions/mean_length" in logs:
+                out["completion_tokens"].append(round(logs["completions/mean_length"] * rows))
+                out["clipped_ratio"].append(logs["completions/clipped_ratio"])
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = GRPOConfig(output_dir=tmp, per_device_train_batch_size=rows,
+                            num_generations=args.generations, max_completion_length=args.max_new_tokens,
+                            # the end of turn suppressed until the budget, as agon's ignore_eos does
+                            generation_kwargs={"min_new_tokens": args.max_new_tokens},
+                            max_steps=args.warmup + args.steps, learning_rate=1e-5, report_to="none",
+                            use_cpu=True, logging_steps=1, save_strategy="no", temperature=1.0,
+                            gradient_checkpointing=False, disable_tqdm=True)
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config,
+                              train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tok,
+                              peft_config=PeftLora(r=8, lora_alpha=16, target_modules="all-linear",
+                                                   task_type="CAUSAL_LM"), callbacks=[Clock()])
+        trainer.remove_callback(PrinterCallback)  # logging every step is for Clock; printing it is noise
+        trainer.train()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# scoring memory
+
+
+SCORING_VOCAB, SCORING_TOKENS, SCORING_ROWS = 151_936, 1024, 4
+
+
+def _print_memory(memory: dict[str, dict[str, float]]) -> None:
     full, sel = memory["full"], memory["selective"]
     print(f"scoring 4 x {SCORING_TOKENS} tokens at vocabulary {SCORING_VOCAB:,}, forward + backward, peak RSS in "
           f"separate processes: selective {sel['peak_gib']:.2f} GiB vs full log-softmax {full['peak_gib']:.2f} GiB "
           f"= {sel['peak_gib'] / full['peak_gib']:.2f}x (above the loaded model: {sel['scoring_gib']:.2f} vs "
           f"{full['scoring_gib']:.2f} GiB)")
-
-
-SCORING_VOCAB, SCORING_TOKENS, SCORING_ROWS = 151_936, 1024, 4
 
 
 def _score_once(kind: str) -> dict[str, float]:
@@ -126,74 +438,5 @@ def _scoring_memory(kind: str) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _agon_steps(args) -> list[float]:
-    from hydra import compose, initialize_config_dir
-
-    import agon.config  # noqa: F401  (registers the schemas)
-    from agon.policies import build_policies
-    from agon.recorder import Recorder
-    from agon.trainer import Trainer
-
-    tok, model, task = _setup(args.hidden, args.layers)
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "method=grpo", "logger=none", f"trainer.prompts_per_step={args.prompts}",
-            f"trainer.num_generations={args.generations}", f"trainer.max_new_tokens={args.max_new_tokens}",
-            "trainer.learning_rate=1e-5", "model.lora.rank=8", "model.lora.alpha=16"])
-    cfg.task = task.cfg
-    policies = build_policies(cfg, model, tok)
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, policies, task, Recorder(Path(tmp), enabled=False), Path(tmp), log=lambda *_: None)
-        times = []
-        for i in range(args.warmup + args.steps):
-            t0 = time.perf_counter()
-            trainer.step()
-            if i >= args.warmup:
-                times.append(time.perf_counter() - t0)
-    return times
-
-
-def _trl_steps(args) -> list[float]:
-    from datasets import Dataset
-    from peft import LoraConfig as PeftLora
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    tok, model, task = _setup(args.hidden, args.layers)
-    problems = list(task.train_problems())[: args.prompts * (args.warmup + args.steps + 2)]
-    by_prompt = {}
-    prompts = []
-    for p in problems:
-        text = tok.apply_chat_template([{"role": "user", "content": p.question}], tokenize=False,
-                                       add_generation_prompt=True)
-        by_prompt[text] = p
-        prompts.append(text)
-
-    def reward(prompts, completions, **kw):
-        return [float(v.correct) for v in task.verify([by_prompt[p] for p in prompts], completions)]
-
-    times: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            times.append(time.perf_counter() - self.t0)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        config = GRPOConfig(output_dir=tmp, per_device_train_batch_size=args.prompts * args.generations,
-                            num_generations=args.generations, max_completion_length=args.max_new_tokens,
-                            max_steps=args.warmup + args.steps, learning_rate=1e-5, report_to="none",
-                            use_cpu=True, logging_steps=10_000, save_strategy="no", temperature=1.0,
-                            gradient_checkpointing=False, disable_tqdm=True)
-        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config,
-                              train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tok,
-                              peft_config=PeftLora(r=8, lora_alpha=16, target_modules="all-linear",
-                                                   task_type="CAUSAL_LM"), callbacks=[Clock()])
-        trainer.train()
-    return times[args.warmup :]
-
-
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

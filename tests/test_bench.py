@@ -1,0 +1,61 @@
+"""``make bench``'s equal-work accounting: the Agon-vs-GRPO comparison at tiny settings, end to end through the CLI.
+
+The test world answers in fewer than 40 tokens, so a budget of 40 shows whether the end of turn really was
+suppressed: without it most completions stop early and the token counts fall short of the budget.
+"""
+
+from __future__ import annotations
+
+import json
+
+from agon import bench
+from tests.conftest import TEST_WORLD
+
+PROMPTS, GENERATIONS, BUDGET = 2, 2, 40
+ARGS = ["--only", "agon-vs-grpo", "--agon-vs-grpo-steps", "2", "--agon-vs-grpo-warmup", "1", *TEST_WORLD,
+        f"trainer.prompts_per_step={PROMPTS}", f"trainer.num_generations={GENERATIONS}",
+        f"trainer.max_new_tokens={BUDGET}"]
+
+
+def test_agon_vs_grpo_equal_work(agon_cache, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert bench.main([*ARGS, "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["equal_work"] is True
+    pair = report["agon_vs_grpo"]
+    role = PROMPTS * GENERATIONS * BUDGET  # one role's completions, every one at the budget
+    assert pair["budget_tokens_per_role"] == role
+    assert pair["grpo"]["completion_tokens"] == [role, role]
+    assert pair["grpo"]["draft_tokens"] == [role, role]
+    assert pair["agon"]["completion_tokens"] == [2 * role, 2 * role]
+    assert pair["agon"]["draft_tokens"] == pair["agon"]["challenge_tokens"] == [role, role]
+    assert pair["unequal_work"] == []
+    for side in ("grpo", "agon"):
+        for key in ("step_s", "generation_s", "update_s"):
+            assert len(pair[side][key]) == 2
+            assert pair[side][f"median_{key}"] == pair[side][key][1]  # the warm-up step is left out
+        assert all(u == s - g for s, g, u in zip(pair[side]["step_s"], pair[side]["generation_s"],
+                                                 pair[side]["update_s"]))
+    assert set(pair["ratio_agon_over_grpo"]) == {"step", "generation", "update"}
+    assert pair["ratio_agon_over_grpo"]["step"] == pair["agon"]["median_step_s"] / pair["grpo"]["median_step_s"]
+    assert pair["target_step_ratio"] == 2.1
+    assert pair["setup"]["max_new_tokens"] == BUDGET and pair["setup"]["ignore_eos"] is True
+    assert "trl" not in report and "scoring_memory" not in report  # --only ran one part
+    printed = capsys.readouterr().out
+    assert f"{role} (drafts)" in printed and f"{2 * role} (drafts + challenges)" in printed
+    assert "UNEQUAL WORK" not in printed
+
+
+def test_stopping_early_is_unequal_work(agon_cache, tmp_path, capsys, monkeypatch):
+    """With the end of turn left in place, completions stop short of the budget: the bench must say so and fail."""
+    monkeypatch.setattr(bench, "_budgeted", lambda sampling: sampling)
+    out = tmp_path / "bench.json"
+    assert bench.main([*ARGS, "--out", str(out)]) == 1
+    report = json.loads(out.read_text())
+    assert report["equal_work"] is False and report["agon_vs_grpo"]["unequal_work"]
+    assert "UNEQUAL WORK: GRPO wrote" in capsys.readouterr().out
+
+
+def test_unequal_work_names_each_short_step():
+    assert bench.unequal_work("TRL", [64, 64], 64) == []
+    assert bench.unequal_work("TRL", [64, 50, 64], 64) == ["TRL wrote 50 completion tokens at step 2, expected 64"]
