@@ -180,6 +180,10 @@ def _side(metrics: list[dict[str, Any]], rows: int, warmup: int) -> dict[str, An
     }
 
 
+# the two sides of the method comparison: the method under study and its one-adapter baseline (agon/methods.py)
+STUDIED, BASELINE = "agon", "grpo"
+
+
 def agon_vs_grpo(steps: int = 7, warmup: int = 1, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """An Agon step against agon's GRPO step on the same batch, every completion at its budget (module docstring)."""
     from omegaconf import OmegaConf
@@ -189,24 +193,24 @@ def agon_vs_grpo(steps: int = 7, warmup: int = 1, overrides: Sequence[str] = ())
     # the run's own settings (model=tiny: the offline world), without what a bench has no use for: no logger,
     # no evaluation before training, no progress bar; the method comes last so both sides differ in it alone
     common = ["logger=none", "eval.at_start=false", "progress=false", *overrides]
-    cfgs = {method: _compose([*common, f"method={method}"]) for method in ("grpo", "agon")}
-    t = cfgs["grpo"].trainer
+    cfgs = {method: _compose([*common, f"method={method}"]) for method in (BASELINE, STUDIED)}
+    t = cfgs[BASELINE].trainer
     rows = t.prompts_per_step * t.num_generations
-    metrics: dict[str, list[dict[str, Any]]] = {"grpo": [], "agon": []}
+    metrics: dict[str, list[dict[str, Any]]] = {BASELINE: [], STUDIED: []}
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         trainers = {m: _run_trainer(cfg, Path(tmp) / m, stack) for m, cfg in cfgs.items()}
         for i in range(steps):
             # taking turns, with the first alternating, spreads the machine's load and any order effect over both
-            for method in ("grpo", "agon") if i % 2 == 0 else ("agon", "grpo"):
+            for method in (BASELINE, STUDIED) if i % 2 == 0 else (STUDIED, BASELINE):
                 metrics[method].append(trainers[method].step())
-    grpo, agon = (_side(metrics[m], rows, warmup) for m in ("grpo", "agon"))
+    grpo, agon = (_side(metrics[m], rows, warmup) for m in (BASELINE, STUDIED))
     budget = rows * t.max_new_tokens  # one role's completions, each run to the budget
     unequal = (unequal_work("GRPO", grpo["completion_tokens"], budget)
                + unequal_work("GRPO drafts", grpo["draft_tokens"], budget)
                + unequal_work("Agon", agon["completion_tokens"], 2 * budget)
                + unequal_work("Agon drafts", agon["draft_tokens"], budget)
                + unequal_work("Agon challenges", agon["challenge_tokens"], budget))
-    model = cfgs["agon"].model
+    model = cfgs[STUDIED].model
     ratio = {k: agon[f"median_{k}_s"] / grpo[f"median_{k}_s"] for k in ("step", "generation", "update")}
     return {
         "setup": {
@@ -214,10 +218,10 @@ def agon_vs_grpo(steps: int = 7, warmup: int = 1, overrides: Sequence[str] = ())
             "tiny": OmegaConf.to_container(model.tiny, resolve=True) if model.name == "tiny" else None,
             "lora_rank": model.lora.rank, "prompts_per_step": t.prompts_per_step,
             "num_generations": t.num_generations, "max_new_tokens": t.max_new_tokens, "ignore_eos": True,
-            "seed": cfgs["agon"].seed, "steps": steps, "warmup": warmup, "overrides": list(overrides),
+            "seed": cfgs[STUDIED].seed, "steps": steps, "warmup": warmup, "overrides": list(overrides),
             "threads": torch.get_num_threads(),
         },
-        "grpo": grpo, "agon": agon,
+        BASELINE: grpo, STUDIED: agon,
         "ratio_agon_over_grpo": ratio, "target_step_ratio": AGON_OVER_GRPO_TARGET,
         "meets_target": ratio["step"] <= AGON_OVER_GRPO_TARGET,
         "budget_tokens_per_role": budget, "unequal_work": unequal,
@@ -225,7 +229,7 @@ def agon_vs_grpo(steps: int = 7, warmup: int = 1, overrides: Sequence[str] = ())
 
 
 def _print_agon_vs_grpo(r: dict[str, Any]) -> None:
-    s, g, a, ratio = r["setup"], r["grpo"], r["agon"], r["ratio_agon_over_grpo"]
+    s, g, a, ratio = r["setup"], r[BASELINE], r[STUDIED], r["ratio_agon_over_grpo"]
     model = s["model"] if s["tiny"] is None else (
         f"offline world (tiny, {s['tiny']['hidden_size']} wide x {s['tiny']['num_layers']} layers)")
     print(f"Agon step vs agon's GRPO step on the same batch: {model}, LoRA r={s['lora_rank']}, "
@@ -260,10 +264,6 @@ def _setup(hidden: int, layers: int):
     from agon.tasks import build_task
 
     tok = world.build_tokenizer()
-    # padding with the end-of-turn token, which both sides suppress: a random model samples every token, and agon's
-    # decoding drops trailing pad tokens from a completion, so one that happened to end in a pad token would count
-    # a token short of the work its row took (seen: 255 of 256 tokens); TRL counts it in full
-    tok.pad_token = tok.eos_token
     shape = TinyWorldConfig(hidden_size=hidden, num_layers=layers, num_heads=4, num_kv_heads=2,
                             intermediate_size=3 * hidden)
     model = world.build_model(shape, len(tok), seed=0)
@@ -280,7 +280,7 @@ def trl_vs_agon(args) -> dict[str, Any]:
         "setup": {"prompts": args.prompts, "generations": args.generations, "max_new_tokens": args.max_new_tokens,
                   "ignore_eos": True, "hidden": args.hidden, "layers": args.layers, "lora_rank": 8,
                   "steps": args.steps, "warmup": args.warmup, "threads": torch.get_num_threads()},
-        "agon": agon | {"median_step_s": a}, "trl": trl | {"median_step_s": t},
+        "agon_trainer": agon | {"median_step_s": a}, "trl": trl | {"median_step_s": t},
         "speedup_trl_over_agon": t / a, "budget_tokens": budget,
         "unequal_work": (unequal_work("agon (vs TRL)", agon["completion_tokens"], budget)
                          + unequal_work("TRL", trl["completion_tokens"], budget)),
@@ -288,16 +288,16 @@ def trl_vs_agon(args) -> dict[str, Any]:
 
 
 def _print_trl(r: dict[str, Any]) -> None:
-    s, a, t = r["setup"], r["agon"], r["trl"]
+    s, a, t = r["setup"], r["agon_trainer"], r["trl"]
     print(f"agon GRPO step vs TRL GRPOTrainer step: {s['prompts']} prompts x {s['generations']} completions x "
           f"{s['max_new_tokens']} tokens (end of turn suppressed on both), LoRA r={s['lora_rank']}, "
           f"{s['hidden']}x{s['layers']} Qwen3, {s['threads']} threads; median of {s['steps']} steps after "
           f"{s['warmup']} warm-up")
     w = s["warmup"]
-    for name, side in (("agon", a), ("TRL", t)):
+    for name, side in (("agon GRPO", a), ("TRL GRPO", t)):
         timed = ", ".join(f"{x:.2f}" for x in side["step_s"][w:])
         tokens = side["completion_tokens"]
-        print(f"  {name:5} median {side['median_step_s']:.3f} s/step ({timed})   completion tokens per step "
+        print(f"  {name:9} median {side['median_step_s']:.3f} s/step ({timed})   completion tokens per step "
               f"{tokens[0] if len(set(tokens)) == 1 else '/'.join(map(str, tokens))}")
     print(f"  ratio TRL/agon = {r['speedup_trl_over_agon']:.2f}x")
 
@@ -423,10 +423,10 @@ def _score_once(kind: str) -> dict[str, float]:
     if kind == "selective":
         logps = policies.token_logps(batch)
     else:
-        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-        attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+        ids = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
+        attn = torch.cat([batch.prompt_mask, batch.completion_mask], 1)
         logits = policies.model(input_ids=ids, attention_mask=attn, use_cache=False).logits
-        logps = full_logps(logits[:, batch["prompt_ids"].size(1) - 1 : -1], batch["completion_ids"])
+        logps = full_logps(logits[:, batch.prompt_ids.size(1) - 1 : -1], batch.completion_ids)
     logps.sum().backward()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"peak_gib": peak / 2**20, "scoring_gib": (peak - before) / 2**20}

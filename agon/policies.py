@@ -308,9 +308,8 @@ class Policies:
         for i, t in enumerate(ids):
             if t in self.end_ids:
                 return tuple(ids[: i + 1]), False
-        pad = self.tokenizer.pad_token_id
-        while ids and ids[-1] == pad and pad not in self.end_ids:
-            ids = ids[:-1]
+        # no end of turn: generate pads a row only after its end of turn, so every token here was sampled (a pad
+        # token among them included) and counts
         return tuple(ids), True
 
     @torch.no_grad()

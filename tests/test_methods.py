@@ -96,6 +96,8 @@ def test_no_module_but_the_registry_knows_a_method_by_name():
         pytest.skip("not a git checkout")
     allowed = [
         r"^agon/methods\.py:",
+        r'^agon/config\.py:\d+:    name: str = "agon"',  # the schema's default of method.name: a config
+        r'^agon/bench\.py:\d+:STUDIED, BASELINE = "agon", "grpo"',  # the two sides the bench compares
         r"^agon/grpo\.py:\d+:@register_loss\(\"grpo\"\)",  # the loss type named after GRPO, not the method
         r'project: str = "agon"', r'default="agon"', r'\("agon"\)', r'project = "agon"',  # W&B's project name
         r'Path.home\(\) / ".cache" / "agon"',  # the model cache directory

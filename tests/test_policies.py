@@ -175,3 +175,11 @@ def test_a_hub_model_loads_from_its_local_path_and_fails_clearly_without_one(tin
     with pytest.raises(ModelLoadError, match=f"{cfg.model.name}.*model.path="):
         load_base(cfg.model, cfg.task, log=lambda *_: None)
 
+
+
+def test_a_truncated_completion_keeps_every_sampled_token_even_a_pad(policies):
+    """generate pads a row only after its end of turn: a row cut at the budget was sampled in full, pad tokens too."""
+    pad, end = policies.tokenizer.pad_token_id, min(policies.end_ids)
+    assert pad not in policies.end_ids
+    assert policies._cut([5, pad, pad]) == ((5, pad, pad), True)
+    assert policies._cut([5, end, pad, pad]) == ((5, end), False)
