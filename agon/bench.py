@@ -21,8 +21,9 @@ timed over ``--steps`` steps. Reported: the ratio of median step times (TRL / ag
 chunked ``selective_logps`` from hidden states against the straightforward full float32 log-softmax of the whole
 logits, each in its own process (peak resident memory, ``ru_maxrss``), so neither inherits the other's allocations.
 
-Equal work: every completion on every side runs to its token budget, the end of turn suppressed (agon's
-``Sampling.ignore_eos``, TRL's ``min_new_tokens``), so no side is faster for stopping earlier. Completion tokens per
+Equal work: every completion on every side runs to its token budget (agon's ``Sampling.ignore_eos``: generation
+does not stop at the end of turn, whose text still ends there, so recaps and grades are the natural ones; TRL's
+``min_new_tokens``: the end of turn is suppressed), so no side is faster for stopping earlier. Completion tokens per
 step are counted from what each side reports (agon's ``train/generated_tokens`` and ``role/*/completion_tokens``,
 TRL's ``completions/mean_length``), printed, and checked: every step of every side writes exactly its budget, so an
 Agon step writes twice a GRPO step's tokens (drafts + challenges) and agon's GRPO step as many as TRL's. Any other
@@ -122,7 +123,7 @@ def _compose(overrides: Sequence[str]):
 
 
 def _budgeted(sampling):
-    """``sampling`` with the end of turn suppressed: every completion runs to ``max_new_tokens`` (equal work)."""
+    """``sampling`` that does not stop at the end of turn: every completion runs to ``max_new_tokens`` (equal work)."""
     return dataclasses.replace(sampling, ignore_eos=True)
 
 
@@ -234,7 +235,7 @@ def _print_agon_vs_grpo(r: dict[str, Any]) -> None:
         f"offline world (tiny, {s['tiny']['hidden_size']} wide x {s['tiny']['num_layers']} layers)")
     print(f"Agon step vs agon's GRPO step on the same batch: {model}, LoRA r={s['lora_rank']}, "
           f"{s['prompts_per_step']} prompts x {s['num_generations']} completions x {s['max_new_tokens']} tokens "
-          f"(end of turn suppressed), {s['threads']} threads; {s['steps']} steps each, median of steps "
+          f"(no stop at the end of turn), {s['threads']} threads; {s['steps']} steps each, median of steps "
           f"{s['warmup'] + 1}-{s['steps']}")
 
     def tokens(side: dict[str, Any]) -> str:  # the step's tokens, or every step's when they differ
@@ -290,7 +291,7 @@ def trl_vs_agon(args) -> dict[str, Any]:
 def _print_trl(r: dict[str, Any]) -> None:
     s, a, t = r["setup"], r["agon_trainer"], r["trl"]
     print(f"agon GRPO step vs TRL GRPOTrainer step: {s['prompts']} prompts x {s['generations']} completions x "
-          f"{s['max_new_tokens']} tokens (end of turn suppressed on both), LoRA r={s['lora_rank']}, "
+          f"{s['max_new_tokens']} tokens (every completion to the budget on both), LoRA r={s['lora_rank']}, "
           f"{s['hidden']}x{s['layers']} Qwen3, {s['threads']} threads; median of {s['steps']} steps after "
           f"{s['warmup']} warm-up")
     w = s["warmup"]

@@ -328,7 +328,9 @@ class Policies:
         """One completion per prompt (repeat prompts for a group), sampled with ``adapter`` active.
 
         Each ``generate`` call holds at most ``batch_tokens`` tokens (rows x (prompt + max_new_tokens)).
-        ``ignore_eos`` suppresses the end of turn, so every completion runs to its budget (benchmarks: equal work).
+        ``ignore_eos`` (as vLLM's): generation does not stop at the end of turn, so every completion is
+        ``max_new_tokens`` of work (benchmarks that must do equal work); the turn's text, which the verifier and the
+        recap read, still ends at the first end-of-turn token, and the tokens after it are kept and scored.
         """
         lengths = [len(x) for x in self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
         room = [max_new_tokens if self.context is None else min(max_new_tokens, self.context - n) for n in lengths]
@@ -377,13 +379,15 @@ class Policies:
             top_p=top_p,
             top_k=top_k,  # 0 disables top-k (None would fall back to the model's default of 50)
             pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=sorted(self.end_ids),
-            min_new_tokens=max_new_tokens if ignore_eos else 0,
+            # None: no stopping criterion on the end of turn (sampling itself is unchanged)
+            eos_token_id=None if ignore_eos else sorted(self.end_ids),
         )
         out = []
         for prompt, row in zip(prompts, gen[:, enc["input_ids"].shape[1]:].tolist()):
             ids, truncated = self._cut(row)
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
+            if ignore_eos:
+                ids, truncated = tuple(row), True
             for end in self.end_ids:  # the end-of-turn token is not part of the answer text
                 text = text.replace(self.tokenizer.convert_ids_to_tokens(end), "")
             opening = next((o for o in self._turn_openings if prompt.endswith(o)), "")

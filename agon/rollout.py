@@ -32,7 +32,8 @@ class Sampling:
     top_k: int = 0
     # most tokens one generate call holds: rows x (prompt + max_new_tokens)
     batch_tokens: int = 262_144
-    # suppress the end of turn so every completion runs to max_new_tokens (benchmarks that must do equal work)
+    # do not stop at the end of turn: every completion runs to max_new_tokens (benchmarks that must do equal work);
+    # the text the verifier and the recap read still ends at the first end of turn
     ignore_eos: bool = False
 
     @classmethod

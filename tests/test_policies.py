@@ -183,3 +183,16 @@ def test_a_truncated_completion_keeps_every_sampled_token_even_a_pad(policies):
     assert pad not in policies.end_ids
     assert policies._cut([5, pad, pad]) == ((5, pad, pad), True)
     assert policies._cut([5, end, pad, pad]) == ((5, end), False)
+
+
+def test_ignore_eos_runs_every_completion_to_the_budget_and_ends_the_text_at_the_turn(policies):
+    """Benchmarks' equal work: 24 tokens in every row, yet the text (what the verifier and the recap read) is what
+    the model wrote up to its first end of turn, which the test world writes well before 24 tokens."""
+    prompts = [policies.render("1+2+3")] * 6
+    torch.manual_seed(0)
+    full = policies.sample(prompts, "A", max_new_tokens=24, temperature=1.0, ignore_eos=True)
+    assert all(c.n_tokens == 24 and c.truncated for c in full)
+    ends = [next((i for i, t in enumerate(c.token_ids) if t in policies.end_ids), None) for c in full]
+    assert all(e is not None and e < 23 for e in ends), ends  # each turn ended early, and sampling went on
+    for c, end in zip(full, ends):
+        assert c.text == policies.tokenizer.decode(c.token_ids[:end]), c.text
