@@ -42,13 +42,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
-    """``accelerate launch`` of two CPU processes running ``python -m <args>``, as ``make run-ddp`` does."""
+def launch(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``accelerate launch`` of two CPU processes running ``python -m <args>`` in ``cwd``, as ``make run-ddp``
+    does."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "--main_process_port", str(_free_port()), "-m", *args]
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
     return out
 
@@ -94,7 +95,7 @@ def test_an_update_across_two_processes_equals_the_one_process_update(update_cfg
     assert len(lengths) > 1, "equal lengths would hide a per-rank token normaliser"
     (tmp_path / "inputs.pkl").write_bytes(pickle.dumps((cfg, game, rewards, LOSS_TYPES)))
 
-    launch(["tests.distributed_update", str(tmp_path)])
+    launch(["tests.distributed_update", str(tmp_path)], cwd=tmp_path)
 
     for loss_type in LOSS_TYPES:
         policies.load_adapters(tmp_path / "start")
@@ -124,7 +125,7 @@ def test_three_agon_steps_across_two_processes(agon_cache, tmp_path):
     overrides = TEST_WORLD + SMALL_RUN + [
         "trainer.max_steps=3", "trainer.prompts_per_step=4", "trainer.checkpoint_every=1", "eval.n_problems=5",
         "logger=none", f"output_dir={run_dir}"]
-    launch(["agon.run", *overrides])
+    launch(["agon.run", *overrides], cwd=tmp_path)
 
     summary = read_json(run_dir / "summary.json")
     assert summary["train/processes"] == 2 and summary["train/steps"] == 3
@@ -145,10 +146,12 @@ def test_three_agon_steps_across_two_processes(agon_cache, tmp_path):
     for order in ("A>B", "B>A"):
         rows = [r for r in final if r["order"] == order]
         assert [r["problem_id"] for r in rows] == [p for p in heldout for _ in range(cfg.eval.samples)]
-    assert not list(tmp_path.glob("outputs")), "a rank other than 0 wrote a directory of its own"
+    # Hydra's own directory (its log) is one for both ranks: they share rank 0's launch time
+    assert len(list(tmp_path.glob("outputs/*/*"))) == 1, list(tmp_path.glob("outputs/*/*"))
 
     # resumed on two processes from the last checkpoint: one more step, none repeated
-    launch(["agon.run", *overrides, "trainer.max_steps=4", "trainer.resume=true", "eval.at_start=false"])
+    launch(["agon.run", *overrides, "trainer.max_steps=4", "trainer.resume=true", "eval.at_start=false"],
+           cwd=tmp_path)
     summary = read_json(run_dir / "summary.json")
     assert summary["train/steps"] == 4 and len(set(summary["train/adapter_sha256"])) == 1
     steps = [r["train/step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "role/drafter/accuracy" in r]
