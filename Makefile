@@ -48,7 +48,7 @@ figures: install ## figures and tables from a sweep into figures/ (RUNS=<dir> to
 mutation: install ## mutation testing: the named wiring bugs must each fail the tests (docs/testing.md)
 	$(PY) tools/mutation.py --named $(ARGS)
 
-bench: install ## speed ratios measured side by side (agon step vs TRL GRPOTrainer step)
+bench: install ## ratios measured side by side, equal work: Agon vs GRPO step, agon vs TRL GRPO step, scoring memory
 	$(PY) -m agon.bench $(ARGS)
 
 smoke-real: install ## the real code path at Qwen3-0.6B's exact shape on CPU: 2 Agon steps, one evaluation

@@ -369,7 +369,7 @@ def _trl_steps(args) -> dict[str, list]:
     with tempfile.TemporaryDirectory() as tmp:
         config = GRPOConfig(output_dir=tmp, per_device_train_batch_size=rows,
                             num_generations=args.generations, max_completion_length=args.max_new_tokens,
-                            # the end of turn suppressed until the budget, as agon's ignore_eos does
+                            # every completion to the budget, as agon's ignore_eos (here: the end of turn suppressed)
                             generation_kwargs={"min_new_tokens": args.max_new_tokens},
                             max_steps=args.warmup + args.steps, learning_rate=1e-5, report_to="none",
                             use_cpu=True, logging_steps=1, save_strategy="no", temperature=1.0,
