@@ -118,6 +118,15 @@ NAMED = [
            "            self.ranks.sum_([p.grad for p in params])"),
     Mutant("rank_local_rows", "agon/role_batch.py", "grpo/dr_grpo normalised by this rank's rows",
            "batch_rows=len(attempts),", "batch_rows=len(mine),"),
+    # the real-model path: chunked scoring, token budgets, the model's context, Qwen3's template
+    Mutant("scoring_without_temperature", "agon/scoring.py", "chunked log-probs ignore the sampling temperature",
+           "logits = head(hidden).float().div_(temperature)", "logits = head(hidden).float()"),
+    Mutant("generation_budget_ignored", "agon/policies.py", "generate calls not bounded by the token budget",
+           "for i in fits], batch_tokens):", "for i in fits], 10**12):"),
+    Mutant("context_ignored", "agon/policies.py", "prompts sampled past the model's context",
+           "else min(max_new_tokens, self.context - n)", "else max_new_tokens"),
+    Mutant("template_opening_dropped", "agon/policies.py", "the template's empty think block left off the turn",
+           "Completion(text=opening + text,", "Completion(text=text,"),
 ]
 
 # operator swaps: each site becomes exactly one mutant
