@@ -5,6 +5,9 @@ the whole step's batch (every rank's rows, grouped by group id), and then each r
 normalisers of the loss (completion tokens for dapo, rows for grpo and dr_grpo) are the whole batch's too, so the
 losses of all ranks' micro-batches sum to the one-process loss of the whole batch. ``RoleBatch.micro_batches`` is
 the one micro-batch iterator: contiguous slices within a token budget (``policies.token_batches``).
+
+Left out on purpose: packing several sequences into one row (it needs variable-length attention kernels); rows are
+padded to the widest prompt and completion of their micro-batch.
 """
 
 from __future__ import annotations

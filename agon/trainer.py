@@ -14,6 +14,10 @@ Everything that must survive a restart lives in ``TrainState`` plus the optimize
 rewritten last) and ``load_checkpoint`` restores it. Only rank 0 writes; every rank checks first that its adapters
 are bitwise those of rank 0. A non-finite gradient skips the update and is counted; too many in a row abort the
 run before anything non-finite reaches the weights or a checkpoint.
+
+Left out on purpose: skipping rows whose advantage is 0 (exact only without a KL term, and it changes the order of
+float sums, so results would drift from the same seed's) and asynchronous rollouts (generation and update overlap);
+the step stays the synchronous loop the paper describes.
 """
 
 from __future__ import annotations
