@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from omegaconf import DictConfig
 
 from agon import run_files
 from agon.loggers import LOGGERS, Logger
-from agon.run_files import jsonable, read_jsonl, write_json_atomic
+from agon.run_files import jsonable, read_jsonl, write_json_atomic, write_text_atomic
 
 
 def build_logger(cfg: DictConfig, run_dir: Path) -> Logger:
@@ -47,13 +46,7 @@ class JsonlFile:
         self._fh = open(path, "a")
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        with os.fdopen(fd, "w") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, "".join(json.dumps(row) + "\n" for row in rows))
 
     def truncate_after(self, key: str, last: int) -> None:
         """Keep rows whose ``key`` is at most ``last`` (resume: the steps after the checkpoint will be redone)."""

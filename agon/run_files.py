@@ -83,20 +83,26 @@ def read_yaml(path: Path) -> Any:
         return None
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to a temporary file in the same directory, fsync, then rename over ``path``."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file in the same directory, fsync, then rename over ``path``: a reader sees the
+    old content or the new, never a part."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(jsonable(obj), f, indent=2, sort_keys=True)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """``obj`` as indented JSON, written atomically (``write_text_atomic``)."""
+    write_text_atomic(path, json.dumps(jsonable(obj), indent=2, sort_keys=True))
 
 
 def is_run_dir(path: Path) -> bool:
