@@ -55,7 +55,6 @@ import torch
 PARTS = ("agon-vs-grpo", "trl", "memory")
 # the issue's bar: an Agon step (both roles' rollouts and updates) costs at most this many GRPO steps (one role's)
 AGON_OVER_GRPO_TARGET = 2.1
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,15 +112,6 @@ def _environment(argv: list[str] | None) -> dict[str, Any]:
             "git_commit": _git_commit(), "versions": _versions()}
 
 
-def _compose(overrides: Sequence[str]):
-    from hydra import compose, initialize_config_dir
-
-    import agon.config  # noqa: F401  (registers the schemas)
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
-
-
 def _budgeted(sampling):
     """``sampling`` that does not stop at the end of turn: every completion runs to ``max_new_tokens`` (equal work)."""
     return dataclasses.replace(sampling, ignore_eos=True)
@@ -142,24 +132,18 @@ def _median(xs: Sequence[float], warmup: int) -> float:
 
 
 def _run_trainer(cfg, run_dir: Path, stack: contextlib.ExitStack):
-    """A trainer built as ``agon.run`` builds one (checked config, seeded, base from ``load_base``, the method's
-    adapters from ``build_policies``, a recorder with the configured logger), sampling every completion to its
-    budget. The task and recorder are closed by ``stack``."""
+    """A trainer built by ``agon.run.build_trainer``, as a run builds it (checked config, seeded, a recorder with the
+    configured logger), sampling every completion to its budget. The task and recorder are closed by ``stack``."""
     from agon.config import validate
-    from agon.policies import build_policies, load_base
     from agon.recorder import Recorder, build_logger
-    from agon.tasks import build_task
-    from agon.trainer import Trainer
+    from agon.run import build_trainer
 
     validate(cfg)
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg.task)
-    stack.callback(task.close)
-    model, tokenizer = load_base(cfg.model, cfg.task)
-    policies = build_policies(cfg, model, tokenizer)
     recorder = Recorder(run_dir, build_logger(cfg, run_dir))
     stack.callback(recorder.close)
-    trainer = Trainer(cfg, policies, task, recorder, run_dir, log=lambda *_: None)
+    trainer = build_trainer(cfg, run_dir, recorder, log=lambda *_: None)
+    stack.callback(trainer.task.close)
     trainer.sampling = _budgeted(trainer.sampling)
     return trainer
 
@@ -189,12 +173,14 @@ def agon_vs_grpo(steps: int = 7, warmup: int = 1, overrides: Sequence[str] = ())
     """An Agon step against agon's GRPO step on the same batch, every completion at its budget (module docstring)."""
     from omegaconf import OmegaConf
 
+    from agon.config import compose_config
+
     if not 0 <= warmup < steps:
         raise ValueError(f"--agon-vs-grpo-warmup ({warmup}) must be below --agon-vs-grpo-steps ({steps})")
     # the run's own settings (model=tiny: the offline world), without what a bench has no use for: no logger,
     # no evaluation before training, no progress bar; the method comes last so both sides differ in it alone
     common = ["logger=none", "eval.at_start=false", "progress=false", *overrides]
-    cfgs = {method: _compose([*common, f"method={method}"]) for method in (BASELINE, STUDIED)}
+    cfgs = {method: compose_config([*common, f"method={method}"]) for method in (BASELINE, STUDIED)}
     t = cfgs[BASELINE].trainer
     rows = t.prompts_per_step * t.num_generations
     metrics: dict[str, list[dict[str, Any]]] = {BASELINE: [], STUDIED: []}
@@ -304,12 +290,13 @@ def _print_trl(r: dict[str, Any]) -> None:
 
 
 def _agon_steps(args) -> dict[str, list]:
+    from agon.config import compose_config
     from agon.policies import build_policies
     from agon.recorder import Recorder
     from agon.trainer import Trainer
 
     tok, model, task = _setup(args.hidden, args.layers)
-    cfg = _compose([
+    cfg = compose_config([
         "method=grpo", "logger=none", f"trainer.prompts_per_step={args.prompts}",
         f"trainer.num_generations={args.generations}", f"trainer.max_new_tokens={args.max_new_tokens}",
         "trainer.learning_rate=1e-5", "model.lora.rank=8", "model.lora.alpha=16"])

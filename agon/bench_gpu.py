@@ -33,20 +33,16 @@ def measure(new_tokens: int, prompts: int, generations: int, steps: int, device:
     peak memory."""
     import dataclasses
 
-    from hydra import compose, initialize_config_dir
-
-    import agon.config  # noqa: F401  (registers the schemas)
+    from agon.config import compose_config
     from agon.policies import build_policies
     from agon.qwen3_shape import build_tokenizer, qwen3_config
     from agon.recorder import Recorder
     from agon.tasks import build_task
     from agon.trainer import Trainer
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "experiment=paper_deepmath", "task=arithmetic", "logger=none", f"trainer.max_new_tokens={new_tokens}",
-            f"trainer.prompts_per_step={prompts}", f"trainer.num_generations={generations}"])
+    cfg = compose_config([
+        "experiment=paper_deepmath", "task=arithmetic", "logger=none", f"trainer.max_new_tokens={new_tokens}",
+        f"trainer.prompts_per_step={prompts}", f"trainer.num_generations={generations}"])
     tokenizer = build_tokenizer()
     torch.manual_seed(0)
     model = __import__("transformers").AutoModelForCausalLM.from_config(

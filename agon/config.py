@@ -15,7 +15,8 @@ import datetime
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, DictConfig, OmegaConf
@@ -366,6 +367,18 @@ def register_configs() -> None:
 
 
 register_configs()
+
+# the config tree shipped with the repository
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
+    """The root config composed with ``overrides``, as ``python -m agon.run`` would (for tools and tests that build a
+    run in-process; Hydra's own ``hydra.*`` settings are not part of it)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -40,6 +40,20 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def _flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """One flat tensor of them all, so one collective serves every tensor."""
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+
+def _unflatten_into(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
+    """Copy consecutive parts of ``flat`` back into ``tensors``, in place."""
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+
+
 @dataclass(frozen=True)
 class Ranks:
     rank: int = 0
@@ -86,12 +100,7 @@ class Ranks:
             return
         from accelerate.utils import reduce
 
-        flat = torch.cat([t.reshape(-1) for t in tensors])
-        flat = reduce(flat, reduction="sum")
-        offset = 0
-        for t in tensors:
-            t.copy_(flat[offset : offset + t.numel()].view_as(t))
-            offset += t.numel()
+        _unflatten_into(reduce(_flatten(tensors), reduction="sum"), tensors)
 
     def broadcast_(self, tensors: Sequence[torch.Tensor]) -> None:
         """Overwrite each tensor with rank 0's, in place (adapters at start: PEFT draws lora_A from each process's
@@ -100,12 +109,7 @@ class Ranks:
             return
         from accelerate.utils import broadcast
 
-        flat = broadcast(torch.cat([t.detach().reshape(-1) for t in tensors]), from_process=0)
-        offset = 0
-        with torch.no_grad():
-            for t in tensors:
-                t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                offset += t.numel()
+        _unflatten_into(broadcast(_flatten(tensors), from_process=0), tensors)
 
     def share(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank (a path, a timestamp)."""

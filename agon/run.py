@@ -79,14 +79,38 @@ def _main_first(ranks: Ranks):
         ranks.barrier()
 
 
+def build_trainer(cfg: DictConfig, run_dir: Path, recorder: Any, ranks: Ranks = Ranks(),
+                  log: Any = print) -> Any:
+    """The ``Trainer`` that ``run`` trains, on this rank: the task, the base checked against the model's context and
+    loaded (rank 0 first), the method's adapters (rank 0's on every rank), each rank then seeded for its own samples.
+    The caller closes ``trainer.task``; it is closed here when building fails."""
+    from agon.policies import build_policies, load_base, load_tokenizer
+    from agon.preflight import check_context
+    from agon.tasks import build_task
+    from agon.trainer import Trainer
+
+    task = None
+    try:
+        with _main_first(ranks):
+            task = build_task(cfg.task)
+            check_context(cfg, task, *load_tokenizer(cfg.model))
+            model, tokenizer = load_base(cfg.model, cfg.task, device=ranks.device)
+        policies = build_policies(cfg, model, tokenizer)
+        if ranks.world > 1:
+            ranks.broadcast_([p for name in policies.adapters for p in policies.parameters(name)])
+            torch.manual_seed(cfg.seed + ranks.rank)  # each rank samples its own completions
+        return Trainer(cfg, policies, task, recorder, run_dir, log=log, ranks=ranks)
+    except BaseException:
+        if task is not None:
+            task.close()
+        raise
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; returns the summary written to ``summary.json``."""
     from agon.methods import get_method
-    from agon.policies import build_policies, load_base, load_tokenizer
-    from agon.preflight import check_context, check_sources
+    from agon.preflight import check_sources
     from agon.recorder import Recorder, build_logger
-    from agon.tasks import build_task
-    from agon.trainer import Trainer
 
     validate(cfg)
     check_sources(cfg)
@@ -99,16 +123,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     recorder = Recorder(run_dir, build_logger(cfg, run_dir) if ranks.is_main else None, enabled=ranks.is_main)
     task, exit_code = None, 1
     try:
-        with _main_first(ranks):
-            task = build_task(cfg.task)
-            check_context(cfg, task, *load_tokenizer(cfg.model))
-            model, tokenizer = load_base(cfg.model, cfg.task, device=ranks.device)
-        policies = build_policies(cfg, model, tokenizer)
-        if ranks.world > 1:
-            ranks.broadcast_([p for name in policies.adapters for p in policies.parameters(name)])
-            torch.manual_seed(cfg.seed + ranks.rank)  # each rank samples its own completions
-        trainer = Trainer(cfg, policies, task, recorder, run_dir, log=print if ranks.is_main else _quiet,
-                          ranks=ranks)
+        trainer = build_trainer(cfg, run_dir, recorder, ranks, log=print if ranks.is_main else _quiet)
+        task = trainer.task
         if cfg.trainer.resume and trainer.resume_latest():
             start = _start_metrics(run_dir)
         else:
@@ -118,7 +134,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             trainer.train(progress=cfg.progress and ranks.is_main)
         final = trainer.evaluate("final").metrics
         if ranks.is_main:
-            policies.save_adapters(run_dir / run_files.ADAPTERS)
+            trainer.policies.save_adapters(run_dir / run_files.ADAPTERS)
         if trains and trainer.state.step:
             trainer.save_checkpoint()
         summary = {

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-import agon.config  # noqa: F401  (registers the schemas in ConfigStore)
+import agon.config
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = agon.config.CONF_DIR
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -87,8 +86,7 @@ def base_state(policies) -> dict:
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides or []))
+    return agon.config.compose_config(overrides or [])
 
 
 @pytest.fixture(scope="session")
