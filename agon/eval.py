@@ -42,8 +42,9 @@ def load_run_config(run_dir: Path, overrides: list[str]) -> Any:
     return cfg
 
 
-def crossplay(policies, task, cfg, problems, names: list[str | None]) -> dict[tuple[str, str], float]:
-    from agon.rollout import Sampling, play
+def crossplay(policies, task, cfg, problems, names: list[str | None], engine=None) -> dict[tuple[str, str], float]:
+    from agon.engines import Sampling
+    from agon.rollout import play
 
     e = cfg.eval
     sampling = Sampling.from_config(e)
@@ -51,7 +52,7 @@ def crossplay(policies, task, cfg, problems, names: list[str | None]) -> dict[tu
     for drafter in names:
         for answerer in names:
             game = play(policies, task, cfg.model, problems, drafter=drafter, challenger=answerer,
-                        exchange=cfg.exchange.mode, group_size=e.samples, sampling=sampling)
+                        exchange=cfg.exchange.mode, group_size=e.samples, sampling=sampling, engine=engine)
             correct = [r.challenge.verdict.correct for r in game.rounds]  # type: ignore[union-attr]
             matrix[(drafter or "base", answerer or "base")] = sum(correct) / len(correct)
     return matrix
@@ -59,6 +60,7 @@ def crossplay(policies, task, cfg, problems, names: list[str | None]) -> dict[tu
 
 def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     from agon.cascade import evaluate
+    from agon.engines import build_engine
     from agon.policies import build_policies, load_base
     from agon.recorder import JsonlFile
     from agon.run_files import write_json_atomic
@@ -66,16 +68,19 @@ def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
 
     cfg = load_run_config(run_dir, overrides)
     t0 = time.time()
-    task = build_task(cfg.task)
+    task, engine = build_task(cfg.task), None
     try:
         model, tokenizer = load_base(cfg.model, cfg.task)
         policies = build_policies(cfg, model, tokenizer)
         policies.load_adapters(run_dir / run_files.ADAPTERS)
+        engine = build_engine(cfg, policies)
         problems = list(task.heldout_problems())[: cfg.eval.n_problems]
-        result = evaluate(policies, task, cfg, problems, step=-1, phase="reeval")
-        matrix = crossplay(policies, task, cfg, problems, [*policies.adapters, None])
+        result = evaluate(policies, task, cfg, problems, step=-1, phase="reeval", engine=engine)
+        matrix = crossplay(policies, task, cfg, problems, [*policies.adapters, None], engine)
     finally:
         task.close()
+        if engine is not None:
+            engine.close()
     out = run_dir / run_files.REEVAL
     out.mkdir(exist_ok=True)
     rows = JsonlFile(out / run_files.EVAL)

@@ -5,13 +5,18 @@ Names and meanings follow TRL's ``GRPOTrainer`` (trl 1.16) so that a TRL user re
 ``loss_type`` in {grpo, dr_grpo, dapo}. Loss variants are looked up in ``LOSSES`` by name; nothing calls an
 aggregation directly.
 
-Left out on purpose: TRL's sequence-level importance sampling (GSPO), vLLM importance correction, entropy masks and
-the cispo/sapo/vespo/luspo variants; the two-adapter game needs none of them to be compared with the paper.
+``sampler_correction`` is TRL's vLLM importance-sampling correction (``vllm_importance_sampling_*``): the engine
+that sampled the tokens computes their probabilities differently from the trainer, and the loss is reweighted by
+the ratio of the two, truncated or masked.
+
+Left out on purpose: TRL's sequence-level importance sampling (GSPO), entropy masks and the cispo/sapo/vespo/luspo
+variants; the two-adapter game needs none of them to be compared with the paper.
 Everything here is model-free, so the tests can check it by hand and against TRL on identical tensors.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -108,6 +113,7 @@ def clipped_surrogate(
     beta: float = 0.0,
     ref_logps: Tensor | None = None,
     use_bias_correction_kl: bool = True,
+    sampler_weights: Tensor | None = None,
 ) -> SurrogateTerms:
     """PPO's clipped objective per token, negated as a loss, plus ``beta`` times the k3 KL.
 
@@ -119,12 +125,16 @@ def clipped_surrogate(
         beta: KL coefficient; ``ref_logps`` [B, T] is required when beta != 0.
         use_bias_correction_kl: multiply the KL by the importance ratio, which makes its gradient the unbiased
             reverse-KL gradient (TRL's default since 1.x, after DeepSeek-V3.2).
+        sampler_weights: [B, T] or [B, 1], ``sampler_correction``'s weights; they multiply the clipped objective,
+            not the KL term (as TRL applies them).
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     adv = advantages.unsqueeze(1)  # [B, 1]
     ratio = torch.exp(logps - old_logps)  # [B, T]
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)  # [B, T]
     per_token = -torch.min(ratio * adv, clipped * adv)  # [B, T]
+    if sampler_weights is not None:
+        per_token = per_token * sampler_weights
     kl = None
     if beta != 0.0:
         if ref_logps is None:
@@ -183,6 +193,7 @@ def policy_loss(
     beta: float = 0.0,
     ref_logps: Tensor | None = None,
     use_bias_correction_kl: bool = True,
+    sampler_weights: Tensor | None = None,
     max_completion_length: int,
     num_items_in_batch: float | None = None,
     batch_rows: int | None = None,
@@ -195,16 +206,83 @@ def policy_loss(
         num_items_in_batch: completion tokens in the whole generation batch (dapo); defaults to ``mask.sum()``.
         batch_rows: completions in the whole generation batch (grpo, dr_grpo); defaults to B. Pass both when this
             call sees one micro-batch of a larger batch, and sum the returned losses.
+        sampler_weights: [B, T] or [B, 1] from ``sampler_correction``, or None.
 
     Returns:
         (scalar loss, the per-token terms for logging).
     """
     terms = clipped_surrogate(logps, old_logps, advantages, epsilon, epsilon_high, beta, ref_logps,
-                              use_bias_correction_kl)
+                              use_bias_correction_kl, sampler_weights)
     num_items = float(mask.sum()) if num_items_in_batch is None else num_items_in_batch
     rows = logps.size(0) if batch_rows is None else batch_rows
     loss = get_loss(loss_type)(terms.per_token_loss, mask, max_completion_length, num_items, rows)
     return loss, terms
+
+
+# vllm_importance_sampling_mode: the ratio per token or per sequence (the product of its tokens' ratios), and what
+# happens outside [clip_min, clip_max]: truncated to the bound, or the token / sequence left out of the loss
+SAMPLER_CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def sampler_correction(old_logps: Tensor, sampler_logps: Tensor, mask: Tensor, mode: str,
+                       clip_min: float | None = None, clip_max: float | None = 3.0) -> Tensor:
+    """TRL's vLLM importance-sampling weights: pi_trainer / pi_sampler of the sampled tokens, truncated or masked.
+
+    Args:
+        old_logps: [B, T] the trainer's log-probs of the sampled tokens under the weights that sampled them.
+        sampler_logps: [B, T] the sampling engine's log-probs of the same tokens (after temperature). NaN (a token
+            the engine did not score) counts as no difference.
+        mask: [B, T] 1 on completion tokens.
+        mode: one of ``SAMPLER_CORRECTIONS``.
+        clip_min, clip_max: the bounds (None: unbounded on that side).
+
+    Returns:
+        [B, T] for token_* modes, [B, 1] for sequence_* modes; 0 where a mask mode drops the token or sequence.
+    """
+    if mode not in SAMPLER_CORRECTIONS:
+        raise ValueError(f"vllm_importance_sampling_mode={mode!r}; choose one of {list(SAMPLER_CORRECTIONS)}")
+    diff = torch.nan_to_num((old_logps - sampler_logps) * mask, nan=0.0)  # [B, T]
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True)  # [B, 1]
+    ratio = torch.exp(diff)
+    if mode.endswith("truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
+def sampler_mismatch(old_logps: Tensor, sampler_logps: Tensor, mask: Tensor, weights: Tensor | None,
+                     batch_tokens: float, batch_rows: int) -> dict[str, float]:
+    """TRL's sampler-mismatch metrics of one micro-batch: |trainer - sampler| log-prob per token and the correction
+    weights. ``/mean`` entries are this micro-batch's share of the whole batch's mean (they add up over micro-batches
+    and ranks); ``/max`` and ``/min`` entries are over this micro-batch's tokens or sequences only.
+
+    Shapes: logps and mask [B, T]; weights [B, T], [B, 1] or None (no correction applied).
+    """
+    valid = mask.bool() & ~torch.isnan(sampler_logps)
+    delta = (old_logps - sampler_logps).abs()[valid]
+    out = {"sampling/sampling_logp_difference/mean": float(delta.sum()) / max(batch_tokens, 1.0),
+           "sampling/sampling_logp_difference/max": float(delta.max()) if delta.numel() else 0.0}
+    if weights is not None:
+        flat = weights.flatten() if weights.size(1) == 1 else weights[mask.bool()]
+        denominator = batch_rows if weights.size(1) == 1 else max(batch_tokens, 1.0)
+        out |= {"sampling/importance_sampling_ratio/mean": float(flat.sum()) / denominator,
+                "sampling/importance_sampling_ratio/min": float(flat.min()) if flat.numel() else 1.0,
+                "sampling/importance_sampling_ratio/max": float(flat.max()) if flat.numel() else 1.0}
+    return out
+
+
+def merge_stats(into: dict[str, float], new: dict[str, float]) -> dict[str, float]:
+    """``into`` updated with ``new``: ``/max`` and ``/min`` keys by max and min, every other key summed."""
+    for key, value in new.items():
+        if key not in into:
+            into[key] = value
+        elif key.endswith("/max") or key.endswith("/min"):
+            into[key] = (max if key.endswith("/max") else min)(into[key], value)
+        else:
+            into[key] += value
+    return into
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> float:

@@ -17,7 +17,8 @@ scoring call holds prompt plus completion). At 8k-token traces that is a handful
 world the whole batch fits in one. A row whose prompt leaves less than ``max_new_tokens`` of the model's context is
 sampled alone with the room left, and one with no room is not sampled at all; both are marked ``context_limited``.
 
-Left out on purpose: vLLM; the same interface is the place to add it. Processes are the trainer's business: every
+``sample`` is the ``hf`` engine; ``agon.engines`` puts vLLM behind the same call and builds its completions with
+``completion``. Processes are the trainer's business: every
 rank holds its own ``Policies`` on its own device (``load_base(device=...)``).
 """
 
@@ -54,6 +55,9 @@ class Completion:
     truncated: bool
     # True when the model's context, not max_new_tokens, set the limit (empty when the prompt alone filled it)
     context_limited: bool = False
+    # the sampler's log-probability of each token after temperature, when the engine gives them (vLLM); the trainer
+    # compares them with its own and corrects for the difference (trainer.vllm_importance_sampling_*)
+    logps: tuple[float, ...] | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -130,17 +134,22 @@ def load_tokenizer(model_cfg: Any) -> tuple[Any, int | None]:
         raise _load_error(source, model_cfg, exc) from None
 
 
+def model_source(model_cfg: Any, task_cfg: Any = None, log=print) -> str:
+    """Where the base's weights come from: the offline world's directory (built on first use), ``model.path``, or
+    the hub name."""
+    if model_cfg.name == "tiny" and not model_cfg.path:
+        from agon.world import ensure_world
+
+        return str(ensure_world(model_cfg, task_cfg, log=log))
+    return model_cfg.path or model_cfg.name
+
+
 def load_base(model_cfg: Any, task_cfg: Any = None, log=print, device: str | torch.device | None = None):
     """(model, tokenizer) from the offline world (``name: tiny``), a local path, or the hub, on ``device``
     (default: ``model.device``, where ``auto`` is the GPU when there is one)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if model_cfg.name == "tiny" and not model_cfg.path:
-        from agon.world import ensure_world
-
-        source = str(ensure_world(model_cfg, task_cfg, log=log))
-    else:
-        source = model_cfg.path or model_cfg.name
+    source = model_source(model_cfg, task_cfg, log)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[model_cfg.dtype])
@@ -198,6 +207,8 @@ class Policies:
         self.model.train()
         # the longest sequence the model has positions for (prompt plus completion)
         self.context: int | None = getattr(self.model.config, "max_position_embeddings", None)
+        # a count per adapter of the changes to its weights: an engine holding a copy republishes a changed one
+        self.revisions = dict.fromkeys(self.adapters, 0)
         self.end_ids = {tokenizer.eos_token_id}
         im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
         if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
@@ -237,6 +248,10 @@ class Policies:
         finally:
             self._activate(previous)
 
+    def mark_updated(self, adapter: str) -> None:
+        """Record that ``adapter``'s weights changed (an optimizer step, a load, a perturbation)."""
+        self.revisions[adapter] += 1
+
     def digest(self) -> str:
         """sha256 of every adapter's weights (names and bytes): equal digests, bitwise-equal adapters."""
         h = hashlib.sha256()
@@ -273,10 +288,11 @@ class Policies:
             for n, p in self.model.named_parameters():
                 if "lora_B" in n and n.endswith(f".{adapter}.weight"):
                     p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.dtype) * std)
+        self.mark_updated(adapter)
 
-    def save_adapters(self, directory: Path) -> None:
-        """Each adapter in ``directory/<name>`` (PEFT's format, loadable with ``load_adapter``)."""
-        for name in self.adapters:
+    def save_adapters(self, directory: Path, names: Sequence[str] | None = None) -> None:
+        """Each adapter (or each of ``names``) in ``directory/<name>`` (PEFT's format: ``load_adapter``, vLLM)."""
+        for name in names or self.adapters:
             self.model.save_pretrained(str(directory), selected_adapters=[name])
             # PEFT nests non-default adapters under their name and writes the first at the top; normalise
             top = directory / "adapter_model.safetensors"
@@ -298,6 +314,7 @@ class Policies:
                     if target not in params:
                         raise KeyError(f"saved adapter {name} has {key}, which this model lacks")
                     params[target].copy_(value)
+                self.mark_updated(name)
 
     # -- prompts and sampling ------------------------------------------------------------------------------------
 
@@ -332,8 +349,8 @@ class Policies:
         ``max_new_tokens`` of work (benchmarks that must do equal work); the turn's text, which the verifier and the
         recap read, still ends at the first end-of-turn token, and the tokens after it are kept and scored.
         """
-        lengths = [len(x) for x in self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
-        room = [max_new_tokens if self.context is None else min(max_new_tokens, self.context - n) for n in lengths]
+        lengths = [len(x) for x in self.prompt_ids(prompts)]
+        room = self.room(lengths, max_new_tokens)
         out: list[Completion | None] = [None] * len(prompts)
         fits = [i for i, r in enumerate(room) if r == max_new_tokens]
         was_training = self.model.training
@@ -353,6 +370,29 @@ class Policies:
         self.model.train(was_training)
         return out  # type: ignore[return-value]
 
+    def prompt_ids(self, prompts: Sequence[str]) -> list[list[int]]:
+        return self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+
+    def room(self, prompt_lengths: Sequence[int], max_new_tokens: int) -> list[int]:
+        """Tokens each prompt may have sampled: ``max_new_tokens``, or less where the model's context ends first."""
+        if self.context is None:
+            return [max_new_tokens] * len(prompt_lengths)
+        return [min(max_new_tokens, self.context - n) for n in prompt_lengths]
+
+    def completion(self, prompt: str, ids: Sequence[int], ignore_eos: bool = False,
+                   logps: Sequence[float] | None = None) -> Completion:
+        """The ``Completion`` of the tokens sampled after ``prompt`` (by any engine): cut after the first end of turn
+        (all kept under ``ignore_eos``), the text as the verifier reads it."""
+        cut, truncated = self._cut(list(ids))
+        text = self.tokenizer.decode(cut, skip_special_tokens=False)
+        if ignore_eos:
+            cut, truncated = tuple(ids), True
+        for end in self.end_ids:  # the end-of-turn token is not part of the answer text
+            text = text.replace(self.tokenizer.convert_ids_to_tokens(end), "")
+        opening = next((o for o in self._turn_openings if prompt.endswith(o)), "")
+        return Completion(text=opening + text, token_ids=cut, truncated=truncated,
+                          logps=None if logps is None else tuple(logps[: len(cut)]))
+
     @functools.cached_property
     def _turn_openings(self) -> tuple[str, ...]:
         """Openings of the assistant's turn that the chat template writes into the prompt, from ``<think>`` on
@@ -371,28 +411,19 @@ class Policies:
                   top_k: int, ignore_eos: bool = False) -> list[Completion]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(self.device) for k, v in enc.items()}
+        # temperature 0 is greedy decoding (vLLM's convention); top_k 0 disables top-k (None would mean 50)
+        how = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k) if temperature > 0 else \
+            dict(do_sample=False)
         gen = self.model.generate(
             **enc,
-            do_sample=True,
+            **how,
             max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,  # 0 disables top-k (None would fall back to the model's default of 50)
             pad_token_id=self.tokenizer.pad_token_id,
             # None: no stopping criterion on the end of turn (sampling itself is unchanged)
             eos_token_id=None if ignore_eos else sorted(self.end_ids),
         )
-        out = []
-        for prompt, row in zip(prompts, gen[:, enc["input_ids"].shape[1]:].tolist()):
-            ids, truncated = self._cut(row)
-            text = self.tokenizer.decode(ids, skip_special_tokens=False)
-            if ignore_eos:
-                ids, truncated = tuple(row), True
-            for end in self.end_ids:  # the end-of-turn token is not part of the answer text
-                text = text.replace(self.tokenizer.convert_ids_to_tokens(end), "")
-            opening = next((o for o in self._turn_openings if prompt.endswith(o)), "")
-            out.append(Completion(text=opening + text, token_ids=ids, truncated=truncated))
-        return out
+        return [self.completion(prompt, row, ignore_eos)
+                for prompt, row in zip(prompts, gen[:, enc["input_ids"].shape[1]:].tolist())]
 
     @property
     def device(self) -> torch.device:

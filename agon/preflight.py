@@ -3,6 +3,7 @@
 ``check_sources`` probes the hub once, with a short timeout, when the model or the dataset is named by a hub id.
 When the hub is unreachable the process goes offline (``HF_HUB_OFFLINE``), so loads read the local cache at once
 instead of retrying for a minute, and a model that is not cached fails with one error naming it and the override.
+``check_engine`` finds vLLM (here or in the worker's environment) when ``generation.engine=vllm`` asks for it.
 ``check_context`` renders the longest prompts of the task and fails when a prompt plus ``max_new_tokens`` would not
 fit the model's context, naming both lengths and the keys to change.
 
@@ -86,6 +87,18 @@ def check_sources(cfg: Any, log: Callable[[str], None] = print) -> None:
             raise ModelLoadError(
                 f"model {ids['model']!r} is not in the local cache and the hub is not reachable. Download it where "
                 f"there is network (`hf download {ids['model']} --local-dir DIR`) and pass model.path=DIR.")
+
+
+def check_engine(cfg: Any) -> None:
+    """A ConfigError naming ``generation.engine`` and the install command when the engine asked for is missing."""
+    if cfg.generation.engine != "vllm":
+        return
+    from agon.engines import EngineError, vllm_placement
+
+    try:
+        vllm_placement(cfg)
+    except EngineError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, sample: int = 64) -> int:

@@ -42,6 +42,8 @@ class RoleBatch:
     # [b, T] under the sampling policy (num_iterations > 1) and under the base (beta != 0)
     old_logps: Tensor | None = None
     ref_logps: Tensor | None = None
+    # [b, T] the sampling engine's log-probs of the completion tokens (vLLM), None when it gives none (hf)
+    sampler_logps: Tensor | None = None
 
     @property
     def mask(self) -> Tensor:
@@ -53,7 +55,8 @@ class RoleBatch:
             return None if x is None else x[rows]
 
         return replace(self, tokens=self.tokens[rows], advantages=self.advantages[rows],
-                       group_ids=self.group_ids[rows], old_logps=cut(self.old_logps), ref_logps=cut(self.ref_logps))
+                       group_ids=self.group_ids[rows], old_logps=cut(self.old_logps), ref_logps=cut(self.ref_logps),
+                       sampler_logps=cut(self.sampler_logps))
 
     def micro_batches(self, budget_tokens: int, max_rows: int | None = None) -> Iterator["RoleBatch"]:
         """Contiguous slices of at most ``budget_tokens`` (rows x padded width) and ``max_rows`` rows."""
@@ -70,10 +73,21 @@ def role_batches(policies: Policies, game: Game, rewards: Mapping[str, RoleRewar
         adv = group_advantages(reward.total, group_ids, scale_rewards, adv_eps)  # over the whole batch
         attempts = game.attempts(role)
         mine = attempts[rows]
+        tokens = policies.batch_tensors([a.prompt for a in mine], [a.completion for a in mine])
         out.append(RoleBatch(
-            role=role, adapter=game.drafter if role == "drafter" else game.challenger,
-            tokens=policies.batch_tensors([a.prompt for a in mine], [a.completion for a in mine]),
+            role=role, adapter=game.drafter if role == "drafter" else game.challenger, tokens=tokens,
             advantages=adv.advantages[rows], group_ids=group_ids[rows],
             batch_tokens=float(sum(a.completion.n_tokens for a in attempts)), batch_rows=len(attempts),
-            frac_zero_std=float(adv.zero_std.float().mean())))
+            frac_zero_std=float(adv.zero_std.float().mean()),
+            sampler_logps=_sampler_logps([a.completion.logps for a in mine], tokens.completion_ids.size(1))))
+    return out
+
+
+def _sampler_logps(rows: list[tuple[float, ...] | None], width: int) -> Tensor | None:
+    """[b, width] float32, the engine's log-probs right-padded with 0; None unless every row has them."""
+    if not rows or any(r is None for r in rows):
+        return None
+    out = torch.zeros(len(rows), width)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.float32)  # type: ignore[arg-type]
     return out

@@ -6,7 +6,8 @@ is given, samples one challenge per draft: from a prompt holding the problem and
 or from the plain prompt (``exchange=hidden``: the rival is out of context, its outcome still enters the reward).
 Rows are ordered problem-major, so each problem's ``group_size`` rows are one GRPO group for either role.
 
-Adapter names are the ones in ``Policies``; ``None`` plays the untrained base (the mixture-of-agents baseline).
+Completions come from an engine (``agon.engines``: transformers or vLLM). Adapter names are the ones in
+``Policies``; ``None`` plays the untrained base (the mixture-of-agents baseline).
 ``play_split`` is ``play`` across processes: each rank plays its share of the problems, and every rank gets the
 whole game back.
 """
@@ -19,28 +20,10 @@ from typing import Any, Sequence
 import torch
 
 from agon.distributed import Ranks
+from agon.engines import Engine, HFEngine, Sampling
 from agon.policies import Completion, Policies
 from agon.rewards import Outcome
 from agon.tasks import Problem, Task, Verdict
-
-
-@dataclass(frozen=True)
-class Sampling:
-    max_new_tokens: int
-    temperature: float
-    top_p: float = 1.0
-    top_k: int = 0
-    # most tokens one generate call holds: rows x (prompt + max_new_tokens)
-    batch_tokens: int = 262_144
-    # do not stop at the end of turn: every completion runs to max_new_tokens (benchmarks that must do equal work);
-    # the text the verifier and the recap read still ends at the first end of turn
-    ignore_eos: bool = False
-
-    @classmethod
-    def from_config(cls, node: Any) -> "Sampling":
-        """From a config node with max_new_tokens, temperature, top_p, top_k and generation_batch_tokens
-        (``trainer`` or ``eval``)."""
-        return cls(node.max_new_tokens, node.temperature, node.top_p, node.top_k, node.generation_batch_tokens)
 
 
 @dataclass(frozen=True)
@@ -104,11 +87,9 @@ class Game:
                        correct(challenges), tokens(challenges), fmt(challenges))
 
 
-def _attempts(policies: Policies, task: Task, adapter: str | None, problems: Sequence[Problem],
+def _attempts(engine: Engine, task: Task, adapter: str | None, problems: Sequence[Problem],
               prompts: Sequence[str], sampling: Sampling) -> list[Attempt]:
-    completions = policies.sample(prompts, adapter, max_new_tokens=sampling.max_new_tokens,
-                                  temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                                  batch_tokens=sampling.batch_tokens, ignore_eos=sampling.ignore_eos)
+    completions = engine.sample(prompts, adapter, sampling)
     verdicts = task.verify(problems, [c.text for c in completions])
     return [Attempt(p, c, v) for p, c, v in zip(prompts, completions, verdicts, strict=True)]
 
@@ -128,14 +109,17 @@ def play(
     exchange: str,
     group_size: int,
     sampling: Sampling,
+    engine: Engine | None = None,
 ) -> Game:
     """Draft ``group_size`` times per problem with ``drafter``; challenge each draft with ``challenger``.
 
     ``challenger=False`` plays drafts only (vanilla GRPO, solo evaluation); ``None`` means the base model.
+    ``engine`` samples (``agon.engines``; default: ``hf`` on ``policies``).
     """
+    engine = engine or HFEngine(policies)
     rows = [p for p in problems for _ in range(group_size)]
     plain = [render(policies, task, model_cfg, task.user_message(p)) for p in rows]
-    drafts = _attempts(policies, task, drafter, rows, plain, sampling)
+    drafts = _attempts(engine, task, drafter, rows, plain, sampling)
     recaps = [task.recap(d.completion.text) for d in drafts]
     if challenger is False:
         return Game([Round(p, d, r) for p, d, r in zip(rows, drafts, recaps)], drafter, None, group_size)
@@ -143,7 +127,7 @@ def play(
         prompts = [render(policies, task, model_cfg, task.challenge_message(p, r)) for p, r in zip(rows, recaps)]
     else:
         prompts = plain
-    challenges = _attempts(policies, task, challenger, rows, prompts, sampling)  # type: ignore[arg-type]
+    challenges = _attempts(engine, task, challenger, rows, prompts, sampling)  # type: ignore[arg-type]
     rounds = [Round(p, d, r, c) for p, d, r, c in zip(rows, drafts, recaps, challenges)]
     return Game(rounds, drafter, challenger, group_size)  # type: ignore[arg-type]
 

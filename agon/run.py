@@ -30,7 +30,7 @@ from agon.config import LAUNCH_TIME_ENV, to_plain, validate
 from agon.distributed import Ranks, launched_world_size
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "hydra-core", "omegaconf", "wandb", "datasets",
-            "math-verify", "reasoning-gym", "tokenizers")
+            "math-verify", "reasoning-gym", "tokenizers", "vllm")
 
 
 def _git_commit() -> str | None:
@@ -82,8 +82,9 @@ def _main_first(ranks: Ranks):
 def build_trainer(cfg: DictConfig, run_dir: Path, recorder: Any, ranks: Ranks = Ranks(),
                   log: Any = print) -> Any:
     """The ``Trainer`` that ``run`` trains, on this rank: the task, the base checked against the model's context and
-    loaded (rank 0 first), the method's adapters (rank 0's on every rank), each rank then seeded for its own samples.
-    The caller closes ``trainer.task``; it is closed here when building fails."""
+    loaded (rank 0 first), the method's adapters (rank 0's on every rank), each rank then seeded for its own samples,
+    and the sampling engine. The caller closes ``trainer.engine`` and ``trainer.task``; the task is closed here when
+    building fails."""
     from agon.policies import build_policies, load_base, load_tokenizer
     from agon.preflight import check_context
     from agon.tasks import build_task
@@ -109,11 +110,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, recorder: Any, ranks: Ranks = 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; returns the summary written to ``summary.json``."""
     from agon.methods import get_method
-    from agon.preflight import check_sources
+    from agon.preflight import check_engine, check_sources
     from agon.recorder import Recorder, build_logger
 
     validate(cfg)
     check_sources(cfg)
+    check_engine(cfg)
     t0 = time.time()
     method = get_method(cfg.method.name)
     ranks = Ranks.from_env(cfg.model.device)
@@ -121,10 +123,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     recorder = Recorder(run_dir, build_logger(cfg, run_dir) if ranks.is_main else None, enabled=ranks.is_main)
-    task, exit_code = None, 1
+    trainer, exit_code = None, 1
     try:
         trainer = build_trainer(cfg, run_dir, recorder, ranks, log=print if ranks.is_main else _quiet)
-        task = trainer.task
         if cfg.trainer.resume and trainer.resume_latest():
             start = _start_metrics(run_dir)
         else:
@@ -163,8 +164,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return summary
     finally:
         recorder.close(exit_code)
-        if task is not None:
-            task.close()
+        if trainer is not None:
+            trainer.engine.close()
+            trainer.task.close()
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -34,14 +34,15 @@ import torch
 
 from agon.cascade import EvalResult, evaluate
 from agon.distributed import Ranks
-from agon.grpo import masked_mean, policy_loss
+from agon.engines import Engine, Sampling, build_engine
+from agon.grpo import masked_mean, merge_stats, policy_loss, sampler_correction, sampler_mismatch
 from agon.health import LearningWatch
 from agon.methods import get_method
 from agon.policies import Policies
 from agon.recorder import Recorder
 from agon.rewards import RoleRewards, compute_rewards
 from agon.role_batch import RoleBatch, role_batches
-from agon.rollout import Game, Sampling, play_split
+from agon.rollout import Game, play_split
 from agon.tasks import Problem, Task
 
 
@@ -64,7 +65,7 @@ class TrainState:
 
 class Trainer:
     def __init__(self, cfg: Any, policies: Policies, task: Task, recorder: Recorder, run_dir: Path,
-                 log: Callable[[str], None] = print, ranks: Ranks = Ranks()):
+                 log: Callable[[str], None] = print, ranks: Ranks = Ranks(), engine: Engine | None = None):
         self.cfg, self.t = cfg, cfg.trainer
         self.policies, self.task, self.recorder, self.run_dir, self.log = policies, task, recorder, run_dir, log
         self.ranks, self.method = ranks, get_method(cfg.method.name)
@@ -80,6 +81,8 @@ class Trainer:
             for name in policies.adapters
         }
         self.sampling = Sampling.from_config(self.t)
+        # what samples the rollouts and evaluations (generation.engine): closed by whoever ends the run
+        self.engine = engine or build_engine(cfg, policies, ranks, log)
         self.watch = LearningWatch(self.t.warn_after_steps, self.t.warn_zero_std_ratio, self.t.warn_truncated_ratio,
                                    self.t.max_new_tokens, self.t.num_generations, cfg.task.name)
 
@@ -112,7 +115,8 @@ class Trainer:
 
     def loss_backward(self, batch: RoleBatch) -> dict[str, float]:
         """Backward of one role's GRPO loss over its micro-batches; the loss, clip ratios and KL of this rank's rows
-        as shares of the whole batch (summed over ranks, they are the whole batch's)."""
+        as shares of the whole batch (summed over ranks, they are the whole batch's), and, when the engine gave its
+        log-probs, the sampler mismatch (``grpo.sampler_mismatch``)."""
         t, device = self.t, self.policies.device
         stats = dict.fromkeys(("loss", "clip_ratio/low", "clip_ratio/high", "kl"), 0.0)
         with self.policies.use_adapter(batch.adapter):
@@ -120,11 +124,21 @@ class Trainer:
                 mask = mb.mask.to(device)
                 logps = self.policies.token_logps(mb.tokens, None, t.temperature, t.logit_chunk_tokens)
                 old = logps.detach() if mb.old_logps is None else mb.old_logps.to(device)
+                sampler = None if mb.sampler_logps is None else mb.sampler_logps.to(device)
+                weights = None
+                if sampler is not None and t.vllm_importance_sampling_correction:
+                    weights = sampler_correction(old, sampler, mask, t.vllm_importance_sampling_mode,
+                                                 t.vllm_importance_sampling_clip_min,
+                                                 t.vllm_importance_sampling_clip_max)
+                if sampler is not None:
+                    merge_stats(stats, sampler_mismatch(old, sampler, mask, weights, batch.batch_tokens,
+                                                        batch.batch_rows))
                 loss, terms = policy_loss(
                     logps, old, mb.advantages.to(device), mask, loss_type=t.loss_type, epsilon=t.epsilon,
                     epsilon_high=t.epsilon_high, beta=t.beta,
                     ref_logps=None if mb.ref_logps is None else mb.ref_logps.to(device),
-                    use_bias_correction_kl=t.use_bias_correction_kl, max_completion_length=t.max_new_tokens,
+                    use_bias_correction_kl=t.use_bias_correction_kl, sampler_weights=weights,
+                    max_completion_length=t.max_new_tokens,
                     num_items_in_batch=batch.batch_tokens, batch_rows=batch.batch_rows)
                 loss.backward()
                 share = float(mask.sum()) / max(batch.batch_tokens, 1.0)
@@ -158,6 +172,7 @@ class Trainer:
             return False
         for name in norms:
             self.optimizers[name].step()
+            self.policies.mark_updated(name)  # an engine holding a copy of it republishes it before its next use
         self.state.bad_steps = 0
         return True
 
@@ -173,10 +188,15 @@ class Trainer:
             for opt in self.optimizers.values():
                 opt.zero_grad(set_to_none=True)
             terms = {b.role: self.loss_backward(b) for b in batches}
-            keys = [(role, k) for role, s in terms.items() for k in s if k != "kl" or t.beta != 0]
+            extreme = {f"role/{role}/{k}": v for role, s in terms.items() for k, v in s.items()
+                       if k.endswith(("/max", "/min"))}
+            keys = [(role, k) for role, s in terms.items() for k in s
+                    if (k != "kl" or t.beta != 0) and f"role/{role}/{k}" not in extreme]
             summed = torch.tensor([terms[role][k] for role, k in keys], dtype=torch.float64)
             self.ranks.sum_([summed])
             stats |= {f"role/{role}/{k}": float(v) for (role, k), v in zip(keys, summed)}
+            for share in self.ranks.gather(extreme):  # max and min over the ranks
+                merge_stats(stats, share)
             norms = self.reduce_and_clip(trained)
             if not self.optimizer_step(norms):
                 return stats | {"train/skipped": 1.0}
@@ -190,7 +210,7 @@ class Trainer:
         turn = self.method.turn(self.cfg.rotation.mode, self.state.step)
         game, rows = play_split(self.ranks, self.policies, self.task, self.cfg.model, self.next_problems(),
                                 drafter=turn.drafter, challenger=turn.challenger, exchange=self.cfg.exchange.mode,
-                                group_size=self.t.num_generations, sampling=self.sampling)
+                                group_size=self.t.num_generations, sampling=self.sampling, engine=self.engine)
         outcome = game.outcome()
         round_rewards = compute_rewards(outcome, self.cfg.reward)
         rewards = {"drafter": round_rewards.drafter}
@@ -260,7 +280,8 @@ class Trainer:
     # -- evaluation and the loop ---------------------------------------------------------------------------------
 
     def evaluate(self, phase: str) -> EvalResult:
-        result = evaluate(self.policies, self.task, self.cfg, self.heldout, self.state.step, phase, self.ranks)
+        result = evaluate(self.policies, self.task, self.cfg, self.heldout, self.state.step, phase, self.ranks,
+                          self.engine)
         self.recorder.log_eval_rows(result.rows)
         self.recorder.log_metrics({k: v for k, v in result.metrics.items() if not isinstance(v, list)},
                                   self.state.step)

@@ -109,6 +109,15 @@ def small_cfg(agon_cache, tmp_path) -> DictConfig:
     return cfg
 
 
+@pytest.fixture
+def step_cfg(small_cfg):
+    """Eight problems x four generations: enough rows that each role's rewards spread within some group (some
+    problems are always right or always wrong, so four problems sometimes gave one role no spread at all)."""
+    t = small_cfg.trainer
+    t.prompts_per_step, t.num_generations, t.max_new_tokens, t.learning_rate = 8, 4, 32, 3e-3
+    return small_cfg
+
+
 @pytest.fixture(scope="session")
 def tiny_base(agon_cache):
     """(cfg, (model, tokenizer)) of the test world, loaded through from_pretrained."""

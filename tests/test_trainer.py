@@ -35,15 +35,6 @@ def test_rotation_schedule():
         get_method("moa").turn("alternate", 0)
 
 
-@pytest.fixture
-def step_cfg(small_cfg):
-    """Eight problems x four generations: enough rows that each role's rewards spread within some group (some
-    problems are always right or always wrong, so four problems sometimes gave one role no spread at all)."""
-    t = small_cfg.trainer
-    t.prompts_per_step, t.num_generations, t.max_new_tokens, t.learning_rate = 8, 4, 32, 3e-3
-    return small_cfg
-
-
 def _policies(tiny_base, adapters=("A", "B")) -> Policies:
     cfg, (model, tok) = tiny_base
     p = Policies(copy.deepcopy(model), tok, list(adapters), cfg.model.lora)

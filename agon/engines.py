@@ -1,0 +1,289 @@
+"""Sampling engines: what turns a batch of prompts into completions for the rollout and the evaluation cascade.
+
+An engine answers one call, ``sample(prompts, adapter, sampling) -> [Completion]``: every prompt sampled once with
+``adapter`` (``None``: the base), each completion with its token ids and, where the engine gives them, the sampled
+tokens' log-probabilities after temperature. Engines are looked up by ``generation.engine`` in ``ENGINES``:
+
+- ``hf``: transformers' ``generate`` on the trainer's own PEFT model (``Policies.sample``). The default, and what
+  the offline world uses: nothing to publish, the adapters sampled are the ones being trained.
+- ``vllm``: vLLM's multi-LoRA serving. One copy of the base with LoRA enabled; adapters A and B are two LoRA
+  slots, and each call names its slot. vLLM keeps an adapter by its integer id, so a changed adapter is written
+  to a new directory and loaded under a new id before the next call that uses it, and the old one is removed
+  (``Policies.revisions`` says which changed). Prompts go in as token ids and completions come back as token ids,
+  decoded by the trainer's own tokenizer (``Policies.completion``), so both engines produce the same text for the
+  same tokens. vLLM runs in this process when it imports here (the colocated setup on a GPU, with
+  ``generation.vllm.gpu_memory_utilization`` of the device), or as a worker process in an environment of its own
+  (``agon/vllm_worker.py``; on CPU, vLLM's CPU build pins an older transformers than agon's); the engine's calls
+  are the same either way.
+
+Left out on purpose: a shared vLLM server for several trainer processes (TRL's ``vllm_mode=server``; here every
+rank has its own engine, as TRL's colocate mode), sleep mode between generation and training, and seeds per
+request: vLLM's sampling is seeded once per engine (``seed + rank``), so a resumed run does not redraw the same
+samples as an uninterrupted one the way the ``hf`` engine does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from agon.distributed import Ranks
+from agon.policies import Completion, Policies, model_source
+from agon.registry import Registry
+
+WORKER = Path(__file__).with_name("vllm_worker.py")
+# the worker environment `make vllm-install` builds, beside the repository's conf/
+DEFAULT_WORKER_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+INSTALL_HINT = ("`make vllm-install` (a separate environment, .venv-vllm: vLLM's CPU build on a machine without a GPU, "
+                "vLLM on one with), or `pip install vllm` into this environment on a GPU machine")
+# LoRA ranks vLLM accepts as max_lora_rank
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# launcher variables a worker must not see: it is one process of its own, not a rank of the trainer's group
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+                 "ACCELERATE_USE_CPU", "PYTHONPATH")
+
+
+class EngineError(RuntimeError):
+    """The engine cannot start or answer (vLLM missing, a worker that died, an adapter vLLM refused)."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_new_tokens: int
+    # 0 is greedy decoding
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0
+    # most tokens one generate call holds: rows x (prompt + max_new_tokens) (hf; vLLM schedules its own batches)
+    batch_tokens: int = 262_144
+    # do not stop at the end of turn: every completion runs to max_new_tokens (benchmarks that must do equal work);
+    # the text the verifier and the recap read still ends at the first end of turn
+    ignore_eos: bool = False
+
+    @classmethod
+    def from_config(cls, node: Any) -> "Sampling":
+        """From a config node with max_new_tokens, temperature, top_p, top_k and generation_batch_tokens
+        (``trainer`` or ``eval``)."""
+        return cls(node.max_new_tokens, node.temperature, node.top_p, node.top_k, node.generation_batch_tokens)
+
+
+class Engine:
+    """Samples completions of the adapters of ``policies``; ``close`` frees what it holds."""
+
+    def __init__(self, policies: Policies, cfg: Any = None, ranks: Ranks = Ranks(), log: Callable = print):
+        self.policies = policies
+
+    def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling) -> list[Completion]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+ENGINES: Registry[type[Engine]] = Registry("generation.engine")
+register_engine = ENGINES.register
+
+
+def build_engine(cfg: Any, policies: Policies, ranks: Ranks = Ranks(), log: Callable = print) -> Engine:
+    """The engine ``generation.engine`` names, over ``policies``."""
+    return ENGINES.get_or_raise(cfg.generation.engine)(policies, cfg, ranks, log)
+
+
+@register_engine("hf")
+class HFEngine(Engine):
+    """transformers' ``generate`` on the trainer's model, the active adapter switched per call."""
+
+    def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling) -> list[Completion]:
+        return self.policies.sample(prompts, adapter, max_new_tokens=sampling.max_new_tokens,
+                                    temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                                    batch_tokens=sampling.batch_tokens, ignore_eos=sampling.ignore_eos)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vLLM
+
+
+def worker_python(vllm_cfg: Any) -> str:
+    """The worker's interpreter: ``generation.vllm.python``, else ``$AGON_VLLM_PYTHON``, else ``.venv-vllm``."""
+    return str(vllm_cfg.python or os.environ.get("AGON_VLLM_PYTHON") or DEFAULT_WORKER_PYTHON)
+
+
+def _has_vllm(python: str) -> bool:
+    if not Path(python).exists():
+        return False
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+    return subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
+
+
+def vllm_placement(cfg: Any) -> str:
+    """``inprocess`` or ``worker``, as ``generation.vllm.placement`` asks and what is installed allows; an
+    ``EngineError`` naming the key and the install command when vLLM is nowhere (checked before any model loads)."""
+    v = cfg.generation.vllm
+    here = importlib.util.find_spec("vllm") is not None
+    if v.placement in ("auto", "inprocess") and here:
+        return "inprocess"
+    python = worker_python(v)
+    if v.placement in ("auto", "worker") and _has_vllm(python):
+        return "worker"
+    where = {"inprocess": "in this environment", "worker": f"at the worker's python {python}",
+             "auto": f"in this environment nor at the worker's python {python}"}[v.placement]
+    raise EngineError(f"generation.engine=vllm (generation.vllm.placement={v.placement}) needs vLLM, which is not "
+                      f"installed {where}. Install it with {INSTALL_HINT}; or point generation.vllm.python at an "
+                      f"interpreter that has it.")
+
+
+class _InProcess:
+    def __init__(self, env: dict[str, str], kwargs: dict[str, Any]):
+        from agon.vllm_worker import VLLMServer
+
+        for key, value in env.items():
+            os.environ.setdefault(key, value)
+        self.server = VLLMServer(**kwargs)
+
+    def call(self, method: str, **kwargs: Any) -> Any:
+        return getattr(self.server, method)(**kwargs)
+
+    def close(self) -> None:
+        del self.server
+
+
+class _Worker:
+    """``agon/vllm_worker.py`` in its own interpreter, spoken to over a socket pair (pickled plain values)."""
+
+    def __init__(self, python: str, env: dict[str, str], kwargs: dict[str, Any], log_path: Path, timeout_s: float):
+        from multiprocessing.connection import Connection
+
+        ours, theirs = socket.socketpair()
+        child_env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+        child_env.update({k: v for k, v in env.items() if k not in os.environ})
+        self.log_path = log_path
+        with open(log_path, "wb") as out:
+            self.proc = subprocess.Popen([python, str(WORKER), "--fd", str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=child_env)
+        theirs.close()
+        self.conn = Connection(ours.detach())
+        atexit.register(self.close)
+        self.info = self.call("init", timeout_s=timeout_s, **kwargs)
+
+    def call(self, method: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        try:
+            self.conn.send((method, kwargs))
+            deadline = None if timeout_s is None else time.time() + timeout_s
+            while not self.conn.poll(1.0):
+                if self.proc.poll() is not None:
+                    raise EngineError(f"the vLLM worker exited with code {self.proc.returncode} during {method}; "
+                                      f"the end of its log ({self.log_path}):\n{self._tail()}")
+                if deadline is not None and time.time() > deadline:
+                    self.close()
+                    raise EngineError(f"the vLLM worker did not answer {method} within {timeout_s:.0f} s "
+                                      f"(generation.vllm.start_timeout_s); the end of its log:\n{self._tail()}")
+            status, result = self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise EngineError(f"lost the vLLM worker during {method} ({exc}); its log:\n{self._tail()}") from None
+        if status == "error":
+            raise EngineError(f"the vLLM worker failed in {method}:\n{result}")
+        return result
+
+    def _tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.conn.send(("close", {}))
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.conn.close()
+        atexit.unregister(self.close)
+
+
+@register_engine("vllm")
+class VLLMEngine(Engine):
+    """vLLM with every adapter of ``policies`` as a LoRA slot, republished whenever its weights changed."""
+
+    def __init__(self, policies: Policies, cfg: Any, ranks: Ranks = Ranks(), log: Callable = print):
+        super().__init__(policies)
+        v = cfg.generation.vllm
+        placement = vllm_placement(cfg)
+        device = policies.device
+        self.max_model_len = int(v.max_model_len or policies.context or 32_768)
+        rank = next((r for r in VLLM_LORA_RANKS if r >= cfg.model.lora.rank), cfg.model.lora.rank)
+        kwargs = dict(model=model_source(cfg.model, cfg.task, log), dtype=cfg.model.dtype, max_lora_rank=rank,
+                      max_loras=len(policies.adapters), max_model_len=self.max_model_len, seed=cfg.seed + ranks.rank,
+                      enforce_eager=device.type == "cpu" if v.enforce_eager is None else v.enforce_eager,
+                      gpu_memory_utilization=v.gpu_memory_utilization, max_num_seqs=v.max_num_seqs,
+                      # prompts in and completions out are token ids: vLLM never needs the tokenizer
+                      skip_tokenizer_init=True, external_launcher=placement == "inprocess" and ranks.world > 1)
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(v.cpu_kv_cache_gib)} if device.type == "cpu" else {}
+        if device.type == "cuda" and placement == "worker":  # the worker sees this rank's GPU only
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            index = device.index or 0
+            env["CUDA_VISIBLE_DEVICES"] = visible[index] if visible != [""] else str(index)
+        self.workdir = Path(tempfile.mkdtemp(prefix="agon-vllm-"))
+        t0 = time.time()
+        try:
+            self.backend = _InProcess(env, kwargs) if placement == "inprocess" else _Worker(
+                worker_python(v), env, kwargs, self.workdir / "worker.log", v.start_timeout_s)
+        except BaseException:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
+        log(f"[engine] vLLM {placement} ready in {time.time() - t0:.0f}s (max_model_len {self.max_model_len})")
+        # adapter -> (revision published, vLLM's id for it, its directory)
+        self.published: dict[str, tuple[int, int, Path]] = {}
+        self._ids = 0
+
+    def _publish(self, adapter: str) -> int:
+        """vLLM's id of the adapter's current weights, written and loaded under a fresh id when they changed."""
+        revision = self.policies.revisions[adapter]
+        old = self.published.get(adapter)
+        if old is not None and old[0] == revision:
+            return old[1]
+        if old is not None:  # removed first: the slot it held is the one the new weights take
+            self.backend.call("remove_adapter", lora_id=old[1])
+            shutil.rmtree(old[2], ignore_errors=True)
+        self._ids += 1
+        directory = self.workdir / f"{adapter}-{self._ids}"
+        self.policies.save_adapters(directory, [adapter])
+        self.backend.call("add_adapter", name=f"{adapter}-{self._ids}", lora_id=self._ids,
+                          path=str(directory / adapter))
+        self.published[adapter] = (revision, self._ids, directory)
+        return self._ids
+
+    def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling) -> list[Completion]:
+        lora_id = None if adapter is None else self._publish(adapter)
+        ids = self.policies.prompt_ids(prompts)
+        room = [min(r, self.max_model_len - len(x))
+                for r, x in zip(self.policies.room([len(x) for x in ids], sampling.max_new_tokens), ids)]
+        send = [i for i, r in enumerate(room) if r > 0]
+        out = [Completion("", (), truncated=True, context_limited=True)] * len(prompts)
+        if not send:
+            return out
+        results = self.backend.call(
+            "generate", prompt_ids=[ids[i] for i in send], max_tokens=[room[i] for i in send], lora_id=lora_id,
+            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            stop_token_ids=sorted(self.policies.end_ids), ignore_eos=sampling.ignore_eos)
+        for i, (tokens, logps) in zip(send, results):
+            c = self.policies.completion(prompts[i], tokens, sampling.ignore_eos, logps)
+            out[i] = dataclasses.replace(c, context_limited=room[i] < sampling.max_new_tokens)
+        return out
+
+    def close(self) -> None:
+        self.backend.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
