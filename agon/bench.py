@@ -21,6 +21,14 @@ timed over ``--steps`` steps. Reported: the ratio of median step times (TRL / ag
 chunked ``selective_logps`` from hidden states against the straightforward full float32 log-softmax of the whole
 logits, each in its own process (peak resident memory, ``ru_maxrss``), so neither inherits the other's allocations.
 
+``engines``: generation alone, the same batch (one step's drafts: ``prompts_per_step`` x ``num_generations``
+prompts of the offline world) sampled by the ``hf`` engine and by vLLM (``generation.engine=vllm``, in this process
+or its worker environment; skipped with a note when vLLM is installed nowhere and the part was not asked for by
+name), taking turns for ``--engine-rounds`` rounds after one warm-up call each. Reported: median seconds of each and
+their ratio, and the sampler mismatch of vLLM's completions: the mean and max |log-prob| difference between vLLM's
+log-probs and the trainer's for the same tokens (what ``trainer.vllm_importance_sampling_*`` corrects). On a CPU the
+ratio says little (vLLM's CPU LoRA kernels, a model of 1M parameters); the number that matters there is the mismatch.
+
 Equal work: every completion on every side runs to its token budget (agon's ``Sampling.ignore_eos``: generation
 does not stop at the end of turn, whose text still ends there, so recaps and grades are the natural ones; TRL's
 ``min_new_tokens``: the end of turn is suppressed), so no side is faster for stopping earlier. Completion tokens per
@@ -52,7 +60,7 @@ from typing import Any, Sequence
 
 import torch
 
-PARTS = ("agon-vs-grpo", "trl", "memory")
+PARTS = ("agon-vs-grpo", "trl", "memory", "engines")
 # the issue's bar: an Agon step (both roles' rollouts and updates) costs at most this many GRPO steps (one role's)
 AGON_OVER_GRPO_TARGET = 2.1
 
@@ -73,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens of every completion (trl)")
     parser.add_argument("--hidden", type=int, default=64, help="model width (trl)")
     parser.add_argument("--layers", type=int, default=4, help="model depth (trl)")
+    parser.add_argument("--engine-rounds", type=int, default=5, help="timed calls of each engine (engines)")
     parser.add_argument("--out", type=Path, default=Path("bench.json"))
     parser.add_argument("--scoring-child", choices=["selective", "full"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -97,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         report["scoring_memory"] = memory
         report["scoring_peak_ratio_selective_over_full"] = memory["selective"]["peak_gib"] / memory["full"]["peak_gib"]
         _print_memory(memory)
+    if "engines" in parts:
+        both = engines_side_by_side(args.engine_rounds, args.overrides, required=args.only is not None)
+        report["engines"] = both
+        unequal += both.get("unequal_work", [])
+        _print_engines(both)
     report["equal_work"] = not unequal
     args.out.write_text(json.dumps(report, indent=2))
     for line in unequal:
@@ -375,6 +389,67 @@ def _trl_steps(args) -> dict[str, list]:
 
 
 SCORING_VOCAB, SCORING_TOKENS, SCORING_ROWS = 151_936, 1024, 4
+
+
+def engines_side_by_side(rounds: int = 5, overrides: Sequence[str] = (), required: bool = True) -> dict[str, Any]:
+    """Seconds to sample one step's drafts with ``hf`` and with vLLM, and vLLM's log-prob mismatch (see above)."""
+    from agon.config import compose_config
+    from agon.engines import EngineError, HFEngine, Sampling, build_engine, vllm_placement
+    from agon.policies import build_policies, load_base
+    from agon.tasks import build_task
+
+    cfg = compose_config(["logger=none", "generation.engine=vllm", *overrides])
+    try:
+        placement = vllm_placement(cfg)
+    except EngineError as exc:
+        if required:
+            raise
+        return {"skipped": str(exc)}
+    policies = build_policies(cfg, *load_base(cfg.model, cfg.task, log=lambda *_: None))
+    adapter = policies.adapters[-1]  # B under the default divergent init: a LoRA that changes the output
+    task = build_task(cfg.task)
+    t = cfg.trainer
+    problems = list(task.train_problems())[: t.prompts_per_step]
+    prompts = [policies.render(task.user_message(p)) for p in problems for _ in range(t.num_generations)]
+    sampling = _budgeted(Sampling.from_config(t))
+    engines = {"hf": HFEngine(policies), "vllm": build_engine(cfg, policies, log=lambda *_: None)}
+    seconds: dict[str, list[float]] = {name: [] for name in engines}
+    unequal: list[str] = []
+    try:
+        for r in range(rounds + 1):  # round 0 warms both up
+            for name in (list(engines) if r % 2 else list(reversed(engines))):
+                t0 = time.perf_counter()
+                out = engines[name].sample(prompts, adapter, sampling)
+                seconds[name].append(time.perf_counter() - t0)
+                if name == "vllm":
+                    served = out
+                tokens = sum(c.n_tokens for c in out)
+                if tokens != len(prompts) * t.max_new_tokens:
+                    unequal.append(f"engines: {name} wrote {tokens} tokens, not {len(prompts)} x {t.max_new_tokens}")
+    finally:
+        engines["vllm"].close()
+        task.close()
+    batch = policies.batch_tensors(prompts, served)
+    with torch.no_grad(), policies.use_adapter(adapter):
+        ours = policies.token_logps(batch, None, t.temperature)
+    mask = batch.completion_mask.bool()
+    theirs = torch.zeros_like(ours)
+    for i, c in enumerate(served):
+        theirs[i, : c.n_tokens] = torch.tensor(c.logps)
+    diff = (ours - theirs).abs()[mask]
+    hf_s, vllm_s = _median(seconds["hf"], 1), _median(seconds["vllm"], 1)
+    return {"rows": len(prompts), "max_new_tokens": t.max_new_tokens, "placement": placement, "hf_s": hf_s,
+            "vllm_s": vllm_s, "vllm_over_hf": vllm_s / hf_s, "seconds": seconds,
+            "logp_diff_mean": float(diff.mean()), "logp_diff_max": float(diff.max()), "unequal_work": unequal}
+
+
+def _print_engines(r: dict[str, Any]) -> None:
+    if "skipped" in r:
+        print(f"engines: skipped ({r['skipped']})")
+        return
+    print(f"engines ({r['rows']} completions x {r['max_new_tokens']} tokens, vLLM {r['placement']}): hf "
+          f"{r['hf_s']:.2f}s, vLLM {r['vllm_s']:.2f}s = {r['vllm_over_hf']:.2f}x; vLLM vs trainer log-probs: mean "
+          f"|diff| {r['logp_diff_mean']:.2e}, max {r['logp_diff_max']:.2e}")
 
 
 def _print_memory(memory: dict[str, dict[str, float]]) -> None:

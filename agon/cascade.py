@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from agon.distributed import Ranks
+from agon.engines import Engine, Sampling
 from agon.methods import get_method
 from agon.policies import Policies
-from agon.engines import Engine, Sampling
 from agon.rollout import Attempt, Game, play_split
 from agon.tasks import Problem, Task
 

@@ -44,8 +44,8 @@ from agon.registry import Registry
 WORKER = Path(__file__).with_name("vllm_worker.py")
 # the worker environment `make vllm-install` builds, beside the repository's conf/
 DEFAULT_WORKER_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
-INSTALL_HINT = ("`make vllm-install` (a separate environment, .venv-vllm: vLLM's CPU build on a machine without a GPU, "
-                "vLLM on one with), or `pip install vllm` into this environment on a GPU machine")
+INSTALL_HINT = ("`make vllm-install` (a separate environment, .venv-vllm: vLLM's CPU build on a machine without a "
+                "GPU, vLLM on one with), or `pip install vllm` into this environment on a GPU machine")
 # LoRA ranks vLLM accepts as max_lora_rank
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # launcher variables a worker must not see: it is one process of its own, not a rank of the trainer's group
