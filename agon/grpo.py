@@ -246,7 +246,7 @@ def sampler_correction(old_logps: Tensor, sampler_logps: Tensor, mask: Tensor, m
         diff = diff.sum(-1, keepdim=True)  # [B, 1]
     ratio = torch.exp(diff)
     if mode.endswith("truncate"):
-        return torch.clamp(ratio, min=clip_min, max=clip_max)
+        return ratio if clip_min is None and clip_max is None else torch.clamp(ratio, min=clip_min, max=clip_max)
     low = -math.inf if clip_min is None else clip_min
     high = math.inf if clip_max is None else clip_max
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)

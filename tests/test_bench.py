@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from agon import bench
 from tests.conftest import TEST_WORLD
 
@@ -59,3 +61,14 @@ def test_stopping_early_is_unequal_work(agon_cache, tmp_path, capsys, monkeypatc
 def test_unequal_work_names_each_short_step():
     assert bench.unequal_work("TRL", [64, 64], 64) == []
     assert bench.unequal_work("TRL", [64, 50, 64], 64) == ["TRL wrote 50 completion tokens at step 2, expected 64"]
+
+
+def test_the_engines_part_is_skipped_with_the_reason_where_vllm_is_nowhere_unless_asked_for(tmp_path, monkeypatch):
+    from agon.bench import engines_side_by_side
+    from agon.engines import EngineError
+
+    monkeypatch.delenv("AGON_VLLM_PYTHON", raising=False)
+    missing = [f"generation.vllm.python={tmp_path / 'none' / 'python'}", "generation.vllm.placement=worker"]
+    assert "make vllm-install" in engines_side_by_side(overrides=missing, required=False)["skipped"]
+    with pytest.raises(EngineError, match="generation.engine=vllm"):
+        engines_side_by_side(overrides=missing, required=True)

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from agon.grpo import LOSSES, clipped_surrogate, get_loss, group_advantages, kl_k3, masked_mean, policy_loss
+from agon.grpo import (LOSSES, clipped_surrogate, get_loss, group_advantages, kl_k3, masked_mean, merge_stats,
+                       policy_loss, sampler_correction, sampler_mismatch)
 
 
 def groups(batch: int, size: int) -> torch.Tensor:
@@ -82,6 +83,56 @@ def test_a_zero_advantage_is_never_counted_as_clipped():
     terms = clipped_surrogate(logps, torch.zeros(1, 2), torch.tensor([0.0]), epsilon=0.2)
     assert not terms.low_clipped.any() and not terms.high_clipped.any()
     assert torch.equal(terms.per_token_loss, torch.zeros(1, 2))
+
+
+def test_sampler_correction_by_hand():
+    """Row 0: trainer above the sampler by 0.5 then 1.5 (ratios e^0.5, e^1.5, sequence e^2); row 1: below by 2 on its
+    one token (e^-2), its padded column ignored; TRL's four modes with bounds [0.2, 3]."""
+    old = torch.tensor([[-1.0, -0.5], [-3.0, 9.0]])
+    sampler = torch.tensor([[-1.5, -2.0], [-1.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    e = math.exp
+
+    def run(mode):
+        return sampler_correction(old, sampler, mask, mode, clip_min=0.2, clip_max=3.0)
+
+    assert torch.allclose(run("token_truncate"), torch.tensor([[e(0.5), 3.0], [0.2, 1.0]]))
+    assert torch.allclose(run("token_mask"), torch.tensor([[e(0.5), 0.0], [0.0, 1.0]]))
+    assert torch.allclose(run("sequence_truncate"), torch.tensor([[3.0], [0.2]]))
+    assert torch.equal(run("sequence_mask"), torch.tensor([[0.0], [0.0]]))
+    assert torch.allclose(sampler_correction(old, sampler, mask, "sequence_mask", None, None),
+                          torch.tensor([[e(2.0)], [e(-2.0)]]))
+    # a token the engine did not score (NaN) counts as no difference
+    nan = sampler.clone()
+    nan[0, 1] = float("nan")
+    assert torch.allclose(sampler_correction(old, nan, mask, "token_truncate", None, None)[0],
+                          torch.tensor([e(0.5), 1.0]))
+    with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
+        run("token")
+
+
+def test_sampler_weights_scale_the_surrogate_and_not_the_kl():
+    logps, old, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]])
+    adv, weights = torch.tensor([2.0]), torch.tensor([[0.5, 0.0]])
+    plain = clipped_surrogate(logps, old, adv, 0.2, beta=0.1, ref_logps=ref)
+    weighted = clipped_surrogate(logps, old, adv, 0.2, beta=0.1, ref_logps=ref, sampler_weights=weights)
+    kl = 0.1 * plain.kl
+    assert torch.allclose(weighted.per_token_loss - kl, (plain.per_token_loss - kl) * weights)
+
+
+def test_sampler_mismatch_adds_up_over_micro_batches_and_takes_extremes():
+    old = torch.tensor([[-1.0, -2.0], [-1.0, 0.0]])
+    sampler = torch.tensor([[-1.5, -2.0], [-4.0, 7.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    weights = torch.tensor([[1.0], [0.25]])
+    total = {}
+    for rows in (slice(0, 1), slice(1, 2)):
+        merge_stats(total, sampler_mismatch(old[rows], sampler[rows], mask[rows], weights[rows], 3.0, 2))
+    assert total["sampling/sampling_logp_difference/mean"] == pytest.approx((0.5 + 0.0 + 3.0) / 3)
+    assert total["sampling/sampling_logp_difference/max"] == 3.0  # the padded column's 7 is not a token
+    assert total["sampling/importance_sampling_ratio/mean"] == pytest.approx(0.625)
+    assert (total["sampling/importance_sampling_ratio/min"], total["sampling/importance_sampling_ratio/max"]) == \
+        (0.25, 1.0)
 
 
 def test_masked_mean_by_hand():
