@@ -154,7 +154,22 @@ class _InProcess:
         return getattr(self.server, method)(**kwargs)
 
     def close(self) -> None:
+        """Free vLLM's memory so that a sweep's next cell can start its own engine in this process."""
+        import gc
+
+        import torch
+
         del self.server
+        try:
+            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+            destroy_model_parallel()
+            destroy_distributed_environment()
+        except (ImportError, AssertionError, RuntimeError):
+            pass
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 class _Worker:
@@ -174,7 +189,11 @@ class _Worker:
         theirs.close()
         self.conn = Connection(ours.detach())
         atexit.register(self.close)
-        self.info = self.call("init", timeout_s=timeout_s, **kwargs)
+        try:
+            self.info = self.call("init", timeout_s=timeout_s, **kwargs)
+        except BaseException:
+            self.close()
+            raise
 
     def call(self, method: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
         try:
@@ -202,6 +221,8 @@ class _Worker:
             return "(no log)"
 
     def close(self) -> None:
+        if self.conn.closed:
+            return
         if self.proc.poll() is None:
             try:
                 self.conn.send(("close", {}))

@@ -205,6 +205,12 @@ def test_greedy_vllm_completions_equal_hf_for_each_adapter_and_the_base(served, 
         assert all(c.logps is not None and len(c.logps) == c.n_tokens for c in ours)
         seen[adapter] = [c.token_ids for c in ours]
     assert seen["A"] != seen[None] and seen["B"] != seen[None] and seen["A"] != seen["B"]
+    # ignore_eos (equal work in make bench): every completion runs to the budget, its text still ends at the turn's end
+    budget = Sampling(max_new_tokens=40, temperature=0, ignore_eos=True)
+    full = engine.sample(prompts, "A", budget)
+    assert all(c.n_tokens == 40 and c.truncated for c in full)
+    assert [c.text for c in full] == [c.text for c in engine.sample(prompts, "A", greedy)]
+    assert [c.token_ids for c in full] == [c.token_ids for c in HFEngine(policies).sample(prompts, "A", budget)]
 
 
 @pytest.mark.vllm(seconds=300)

@@ -44,7 +44,9 @@ TESTS = {
     "agon/grpo.py": ["tests/test_grpo.py", "tests/test_trainer.py"],
     "agon/rewards.py": ["tests/test_rewards.py", "tests/test_rollout.py", "tests/test_trainer.py"],
     "agon/rollout.py": ["tests/test_rollout.py", "tests/test_cascade.py", "tests/test_trainer.py"],
-    "agon/trainer.py": ["tests/test_trainer.py", "tests/test_run.py", "tests/test_distributed.py"],
+    "agon/trainer.py": ["tests/test_trainer.py", "tests/test_engines.py", "tests/test_run.py",
+                        "tests/test_distributed.py"],
+    "agon/engines.py": ["tests/test_engines.py", "tests/test_rollout.py"],
     "agon/role_batch.py": ["tests/test_trainer.py", "tests/test_distributed.py"],
     "agon/methods.py": ["tests/test_trainer.py", "tests/test_methods.py", "tests/test_run.py"],
     "agon/cascade.py": ["tests/test_cascade.py", "tests/test_run.py"],
@@ -124,9 +126,23 @@ NAMED = [
     Mutant("generation_budget_ignored", "agon/policies.py", "generate calls not bounded by the token budget",
            "for i in fits], batch_tokens):", "for i in fits], 10**12):"),
     Mutant("context_ignored", "agon/policies.py", "prompts sampled past the model's context",
-           "else min(max_new_tokens, self.context - n)", "else max_new_tokens"),
+           "return [min(max_new_tokens, self.context - n) for n in prompt_lengths]",
+           "return [max_new_tokens for n in prompt_lengths]"),
     Mutant("template_opening_dropped", "agon/policies.py", "the template's empty think block left off the turn",
            "Completion(text=opening + text,", "Completion(text=text,"),
+    # sampling engines: the sampler-mismatch correction, and vLLM's copy of the adapters (the vLLM ones are killed
+    # only where vLLM runs: make test-vllm's environment, found as the tests find it)
+    Mutant("sampler_weights_dropped", "agon/trainer.py", "the vLLM importance-sampling weights never reach the loss",
+           "use_bias_correction_kl=t.use_bias_correction_kl, sampler_weights=weights,",
+           "use_bias_correction_kl=t.use_bias_correction_kl, sampler_weights=None,"),
+    Mutant("vllm_adapter_never_republished", "agon/engines.py", "vLLM keeps serving the adapters it loaded first",
+           "if old is not None and old[0] == revision:", "if old is not None:"),
+    Mutant("vllm_temperature_ignored", "agon/engines.py", "vLLM samples at temperature 1 whatever is asked",
+           "lora_id=lora_id,\n            temperature=sampling.temperature,",
+           "lora_id=lora_id,\n            temperature=1.0,"),
+    Mutant("vllm_stops_despite_ignore_eos", "agon/engines.py", "vLLM stops at the end of turn under ignore_eos",
+           "stop_token_ids=sorted(self.policies.end_ids), ignore_eos=sampling.ignore_eos)",
+           "stop_token_ids=sorted(self.policies.end_ids), ignore_eos=False)"),
 ]
 
 # operator swaps: each site becomes exactly one mutant
@@ -231,12 +247,24 @@ def mutated_lines(m: Mutant, source: str) -> str:
     return "; ".join(f"{b} -> {a}" for b, a in changed) or "(no textual change)"
 
 
+def _vllm_python() -> Path | None:
+    """vLLM's worker interpreter, as the tests would find it from the checkout (the scratch copy has none)."""
+    python = Path(os.environ.get("AGON_VLLM_PYTHON") or ROOT / ".venv-vllm" / "bin" / "python")
+    return python if python.exists() else None
+
+
+def _markers() -> str:
+    """The fast tests, and the vLLM ones where vLLM can run (they fail, not skip, without it)."""
+    return "not slow and not gpu" + ("" if _vllm_python() else " and not vllm")
+
+
 def run_mutant(m: Mutant, scratch: Path, timeout: int) -> dict:
     original = (ROOT / m.file).read_text()
     (scratch / m.file).write_text(mutated_source(m, original))
     env = {**os.environ, "PYTHONPATH": str(scratch), "WANDB_MODE": "disabled"}  # AGON_TEST_CACHE set in main
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow and not gpu",
-           *TESTS[m.file]]
+    if _vllm_python():
+        env["AGON_VLLM_PYTHON"] = str(_vllm_python())
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", _markers(), *TESTS[m.file]]
     t0 = time.time()
     try:
         out = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout)
