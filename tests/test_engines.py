@@ -287,3 +287,22 @@ def test_a_five_step_agon_run_with_vllm_finishes_and_writes_its_summary(agon_cac
     for r in steps:
         assert r["role/drafter/sampling/sampling_logp_difference/max"] < 1e-4
         assert r["role/challenger/sampling/importance_sampling_ratio/min"] > 0.99
+
+
+@pytest.mark.vllm(seconds=180)
+def test_a_worker_that_dies_is_an_engine_error_with_its_log_not_a_hang(tiny_base, bounded):
+    from agon.engines import EngineError
+
+    cfg = compose_config(TEST_WORLD + VLLM)
+    policies = _fresh_policies(tiny_base)
+    engine = build_engine(cfg, policies, log=lambda *_: None)
+    workdir = engine.workdir
+    try:
+        engine.backend.proc.kill()
+        engine.backend.proc.wait()
+        # A is published first: the call that finds the worker gone is add_adapter
+        with pytest.raises(EngineError, match=r"vLLM worker (exited with code -9 )?during add_adapter"):
+            engine.sample(_prompts(cfg, policies, 2), "A", Sampling(max_new_tokens=8, temperature=1.0))
+    finally:
+        engine.close()
+    assert not workdir.exists()  # the published adapters are cleaned up
