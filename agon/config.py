@@ -138,6 +138,13 @@ class DeepMathTaskConfig(TaskConfig):
 
 
 @dataclass
+class SandboxConfig:
+    # run model-written programs even where they cannot be isolated (per-process limits only): never on a shared
+    # machine; the default refuses to start instead (agon/tasks/sandbox.py)
+    allow_unsafe: bool = False
+
+
+@dataclass
 class CodeContestsTaskConfig(TaskConfig):
     kind: str = "codecontests"
     name: str = "codecontests"
@@ -158,6 +165,7 @@ class CodeContestsTaskConfig(TaskConfig):
     time_limit_factor: float = 2.0
     # take the held-out problems from this split (e.g. "valid", "test"); null: a seeded split of `split`
     heldout_split: Optional[str] = None
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
 
 # ---------------------------------------------------------------------------------------------------------------

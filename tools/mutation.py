@@ -47,6 +47,7 @@ TESTS = {
     "agon/trainer.py": ["tests/test_trainer.py", "tests/test_engines.py", "tests/test_run.py",
                         "tests/test_distributed.py"],
     "agon/engines.py": ["tests/test_engines.py", "tests/test_rollout.py"],
+    "agon/tasks/sandbox.py": ["tests/tasks/test_sandbox.py"],
     "agon/role_batch.py": ["tests/test_trainer.py", "tests/test_distributed.py"],
     "agon/methods.py": ["tests/test_trainer.py", "tests/test_methods.py", "tests/test_run.py"],
     "agon/cascade.py": ["tests/test_cascade.py", "tests/test_run.py"],
@@ -143,6 +144,15 @@ NAMED = [
     Mutant("vllm_stops_despite_ignore_eos", "agon/engines.py", "vLLM stops at the end of turn under ignore_eos",
            "stop_token_ids=sorted(self.policies.end_ids), ignore_eos=sampling.ignore_eos)",
            "stop_token_ids=sorted(self.policies.end_ids), ignore_eos=False)"),
+    # the sandbox: what isolates one run from the host and from the runs beside it
+    Mutant("sandbox_no_seccomp", "agon/tasks/sandbox.py", "programs run without the seccomp filter",
+           '"--seccomp", str(seccomp_fd), ', ""),
+    Mutant("sandbox_no_cgroup", "agon/tasks/sandbox.py", "the run's processes never join its cgroup",
+           "if group is not None:  # the shell joins", "if False:  # the shell joins"),
+    Mutant("sandbox_oom_ignored", "agon/tasks/sandbox.py", "an OOM kill that the program survives is graded",
+           "if oom:  # the run went over its memory", "if False:  # the run went over its memory"),
+    Mutant("sandbox_shared_uid", "agon/tasks/sandbox.py", "every concurrent run shares one uid",
+           'f"--reuid={uid}", f"--regid={uid}"', '"--reuid=61000", "--regid=61000"'),
 ]
 
 # operator swaps: each site becomes exactly one mutant

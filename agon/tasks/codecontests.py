@@ -173,6 +173,8 @@ def load_problems(cfg: Any, split: str) -> list[Problem]:
 class CodeContestsTask(Task):
     def __init__(self, cfg: Any, sandbox: Sandbox | None = None):
         super().__init__(cfg)
+        # first: a machine that cannot isolate model-written programs stops the run here, before any data loads
+        self.sandbox: Sandbox = sandbox or LocalSandbox(allow_unsafe=cfg.sandbox.allow_unsafe)
         problems = load_problems(cfg, cfg.split)
         if cfg.heldout_split:
             import random
@@ -186,7 +188,6 @@ class CodeContestsTask(Task):
             self._train, self._heldout = split_heldout(
                 problems, cfg.heldout_size, cfg.split_seed, f"task.max_cf_rating={cfg.max_cf_rating}"
             )
-        self.sandbox: Sandbox = sandbox or LocalSandbox()
         log.info(
             "codecontests: %d train, %d held out; sandbox isolation %s",
             len(self._train), len(self._heldout), self.sandbox.isolation,

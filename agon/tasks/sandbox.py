@@ -1,69 +1,91 @@
-"""A local sandbox for model-written Python programs, shaped so that a remote service can replace it.
+"""A sandbox for model-written Python programs that fails closed, shaped so that a remote service can replace it.
 
 ``Sandbox.run(RunRequest) -> RunResult`` mirrors SandboxFusion's ``/run_code`` (code, stdin, run timeout, memory
 limit in, status / return code / stdout / stderr / time out), so a client for such a service is one more class with
-the same ``run``. ``LocalSandbox`` runs each program in a subprocess with:
+the same ``run``. ``LocalSandbox`` runs each program under **bubblewrap** (``bwrap``, the tool Flatpak uses):
 
-- a fresh temporary working directory (removed afterwards; one left by a killed trainer is removed by the next
-  ``LocalSandbox``) holding ``main.py`` and any extra files;
-- an allow-listed environment (``PATH``, ``LANG``, ``PYTHONIOENCODING``): no tokens, keys or ``HOME``;
-- rlimits set inside the child before the program runs: CPU seconds, address space, file size, process count,
-  open files, no core dumps;
-- a wall-clock deadline, and output read incrementally and capped per stream (the program is killed when it
-  writes past the cap, and the result is flagged ``truncated``).
+- **its own namespaces**: mount, PID, IPC, network, UTS and cgroup. The program sees a read-only ``/usr`` (the
+  interpreter and its libraries), a private ``/proc`` that shows only its own processes, a minimal ``/dev``, and
+  three fresh size-capped tmpfs: ``/work`` (its working directory), ``/tmp`` and ``/dev/shm``. No other host file
+  is there: no datasets, no test files, no sockets, no other run's directory. Its program files are owned by root
+  and read-only.
+- **a user of its own**: every concurrent run takes a uid of its own (``UidSlots``: a file lock per uid, so that
+  concurrent runs in several trainer processes on one machine do not share one either), with no supplementary
+  groups, no capabilities and ``no_new_privs``. Another run's processes are not visible and not ptrace-able.
+- **a seccomp filter** (``seccomp_filter``): new namespaces (``unshare``, ``setns``, ``clone`` with any namespace
+  flag; ``clone3`` answers ENOSYS so that the C library falls back to ``clone``), ``mount`` and the new mount API,
+  ``ptrace``, ``process_vm_readv``/``writev``, ``keyctl``, ``bpf``, ``io_uring``, ``perf_event_open``,
+  ``userfaultfd``, module and kexec loading are refused (EPERM). Another architecture than x86_64 or aarch64 is
+  killed.
+- **a budget per run** (``Cgroups``): memory (resident plus tmpfs), process count, CPU time and an equal CPU share
+  counted for all of the run's processes together, in a cgroup of its own (cgroup v1 with ``memory``, ``pids``,
+  ``cpu``/``cpuacct``, or cgroup v2). Where no cgroup can be made, the sandbox says so once and keeps the
+  per-process limits, which it sets in every case: RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC (the uid is
+  the run's own), RLIMIT_NOFILE, no core dumps.
+- **a wall-clock deadline**, and output read incrementally and capped per stream.
 
-Two isolation levels, reported by ``LocalSandbox.isolation``:
+**Verdicts a program cannot forge.** Inside the sandbox a small monitor (``_BOOTSTRAP``) sets the limits, tells the
+sandbox over a private pipe that setup succeeded, and forks the program, which closes the pipe before its first
+line runs. The monitor then reports the program's real wait status (exit code or signal) on the same pipe. The
+monitor is not dumpable, so the program cannot reach the pipe through ``/proc``. Nothing the program prints is
+taken as the sandbox's own message. A run whose setup never reported is a ``sandbox_error``. Kills are reported by
+their cause: the deadline, CPU time (the run's total or a process's SIGXCPU), the cgroup's OOM killer, the process
+limit, or a signal.
 
-``namespace`` (root with ``unshare`` and ``setpriv``, the default where it works): the program runs as an
-    unprivileged user (uid/gid 65534, no supplementary groups, no capabilities, ``no_new_privs``) in its own PID,
-    network and IPC namespaces: ``unshare --pid --fork --kill-child --net --ipc setpriv ... python3``. The
-    namespace's init is a small bootstrap that forks the program, reaps orphans and exits with the program's
-    status; its host pid is recorded (through a pidfd, so a recycled pid is never signalled) and SIGKILLed on every
-    exit path, which makes the kernel kill every process left in the namespace, ``setsid`` daemons included.
-    ``--kill-child`` alone is not enough: its parent-death signal is cleared when ``setpriv`` changes the uid.
-    RLIMIT_NPROC holds here because the user is not root. The interpreter is ``/usr/bin/python3``: a virtual
-    environment under ``/root`` is unreadable to uid 65534.
-``session`` (the fallback: not root, or no ``unshare``/``setpriv``, or the probe run failed): a plain subprocess
-    in a new session with the same rlimits, killed with ``killpg``. A child that calls ``setsid`` escapes the
-    kill, and as root the process-count limit is not enforced and the filesystem is not protected.
+**Fail closed.** When bubblewrap is missing or cannot set up its namespaces (root without CAP_SYS_ADMIN, the
+default in Docker and Kubernetes, and no user namespaces), ``LocalSandbox()`` raises ``SandboxUnavailable`` with
+what is missing and how to fix it. ``LocalSandbox(allow_unsafe=True)`` (``task.sandbox.allow_unsafe=true``) runs
+programs anyway, in a plain subprocess with the per-process limits only, after a loud warning.
+
+**Every exit path ends the run.** The run's processes are SIGKILLed through bubblewrap's PID namespace (bwrap dies
+with its parent, the trainer's thread, and the namespace with it) and then through the cgroup, which must be
+empty before it is removed; the working directory goes with the mount namespace.
 
 Grading never trusts the exit code alone: callers compare stdout for every test, so ``sys.exit(0)`` or
 ``os._exit(0)`` before the work is done cannot fake a pass (SandboxFusion's "antihack" concern).
+
+Left out on purpose: languages other than Python (the interpreter is the host's ``/usr/bin/python3``, bound
+read-only), a network allow-list (a run has no network at all), and a disk quota beyond the tmpfs sizes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import math
 import os
+import platform
 import selectors
 import shutil
 import signal
-import stat
+import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Iterator, Mapping, Protocol, runtime_checkable
 
 log = logging.getLogger(__name__)
 
 # RunResult.status values
 STATUSES = ("ok", "timeout", "runtime_error", "memory", "output_limit", "sandbox_error")
 
-ISOLATION_NAMESPACE = "namespace"
-ISOLATION_SESSION = "session"
+ISOLATION_BWRAP = "bwrap"
+ISOLATION_UNSAFE = "unsafe"
 
 SYSTEM_PYTHON = "/usr/bin/python3"
-NOBODY = 65534
 ENV_ALLOWLIST = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
-# exit code of the bootstrap when it cannot set the sandbox up (rlimits, fork)
-SETUP_FAILED = 121
-_SETUP_MARK = b"agon-sandbox-setup:"
-
-
+# the uids concurrent runs take, one each (nobody's 65534 is not among them: other software runs as nobody)
+UID_BASE, UID_SLOTS = 61000, 64
+# the memory the interpreter itself takes, on top of what the request grants the program
+INTERPRETER_MB = 48
+INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`) and run as root with "
+                "CAP_SYS_ADMIN (Docker: `--cap-add SYS_ADMIN`, and `--security-opt apparmor=unconfined` where "
+                "AppArmor confines the container), or set task.sandbox.allow_unsafe=true to run model-written code "
+                "with per-process limits only")
 @dataclass(frozen=True)
 class RunRequest:
     """One program run. Field names follow SandboxFusion's run_code where one exists."""
@@ -72,17 +94,19 @@ class RunRequest:
     stdin: str = ""
     # only "python" runs locally
     language: str = "python"
-    # CPU seconds (RLIMIT_CPU, rounded up to whole seconds); the program is ended when it uses more
+    # CPU seconds of the whole run (every process together, where a cgroup counts them) and of each process
+    # (RLIMIT_CPU, rounded up to whole seconds); the program is ended when it uses more
     time_limit_s: float = 4.0
     # wall-clock deadline; None means 2 * time_limit_s + 1 (room for a loaded machine and interpreter start-up)
     wall_time_s: float | None = None
-    # address-space limit (RLIMIT_AS) of every process of the program
+    # memory of the whole run (resident memory plus its tmpfs files, every process together; a cgroup), and the
+    # address space of each of its processes (RLIMIT_AS)
     memory_mb: int = 512
     # per stream; the program is killed when it writes more
     max_output_bytes: int = 1 << 20
-    # largest file the program may write (RLIMIT_FSIZE)
+    # largest file the program may write (RLIMIT_FSIZE), and the size of each of its tmpfs (/work, /tmp, /dev/shm)
     max_file_mb: int = 64
-    # processes and threads the program may have at once (RLIMIT_NPROC; enforced only for a non-root user)
+    # processes and threads the run may have at once, all of its processes together
     max_processes: int = 32
     max_open_files: int = 256
     # extra files written next to main.py, name -> content
@@ -121,99 +145,280 @@ class Sandbox(Protocol):
     def run(self, req: RunRequest) -> RunResult: ...
 
 
+
+
+class SandboxUnavailable(RuntimeError):
+    """Isolation cannot be set up here; the message says what is missing and how to fix it."""
+
+
 # ---------------------------------------------------------------------------------------------------------------
-# the bootstrap: runs inside the sandbox under the target interpreter (stdlib only, no site imports needed)
+# seccomp: a classic BPF program for bwrap --seccomp
+
+# syscalls refused with EPERM, by architecture (x86_64: asm/unistd_64.h; aarch64: asm-generic/unistd.h)
+DENIED = {
+    "x86_64": {"unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+               "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "keyctl": 250, "add_key": 248,
+               "request_key": 249, "bpf": 321, "io_uring_setup": 425, "io_uring_enter": 426,
+               "io_uring_register": 427, "perf_event_open": 298, "userfaultfd": 323, "kexec_load": 246,
+               "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176,
+               "open_by_handle_at": 304, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+               "fsmount": 432, "fspick": 433, "mount_setattr": 442, "swapon": 167, "swapoff": 168, "reboot": 169,
+               "acct": 163},
+    "aarch64": {"unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51,
+                "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "keyctl": 219, "add_key": 217,
+                "request_key": 218, "bpf": 280, "io_uring_setup": 425, "io_uring_enter": 426,
+                "io_uring_register": 427, "perf_event_open": 241, "userfaultfd": 282, "kexec_load": 104,
+                "kexec_file_load": 294, "init_module": 105, "finit_module": 273, "delete_module": 106,
+                "open_by_handle_at": 265, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+                "fsmount": 432, "fspick": 433, "mount_setattr": 442, "swapon": 224, "swapoff": 225, "reboot": 142,
+                "acct": 89},
+}
+_ARCH = {"x86_64": (0xC000003E, 56, 435), "aarch64": (0xC00000B7, 220, 435)}  # audit arch, clone, clone3
+# CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+CLONE_NAMESPACES = 0x7E020000
+_EPERM, _ENOSYS = 1, 38
+_RET_ALLOW, _RET_ERRNO, _RET_KILL = 0x7FFF0000, 0x00050000, 0x80000000
+_LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+
+
+def seccomp_filter(machine: str | None = None) -> bytes:
+    """The sandbox's seccomp program for ``machine`` (``platform.machine()``), as ``struct sock_filter`` records."""
+    machine = machine or platform.machine()
+    if machine not in _ARCH:
+        raise SandboxUnavailable(f"no seccomp filter for the {machine} architecture (x86_64 and aarch64 only)")
+    audit, clone, clone3 = _ARCH[machine]
+    prog = [(_LD_ABS, 0, 0, 4), (_JEQ, 1, 0, audit), (_RET, 0, 0, _RET_KILL), (_LD_ABS, 0, 0, 0)]
+    if machine == "x86_64":  # the x32 ABI's numbers (bit 30 set) would bypass every check below
+        prog += [(_JGE, 0, 1, 0x40000000), (_RET, 0, 0, _RET_ERRNO | _EPERM)]
+    for nr in sorted(DENIED[machine].values()):
+        prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _RET_ERRNO | _EPERM)]
+    prog += [(_JEQ, 0, 1, clone3), (_RET, 0, 0, _RET_ERRNO | _ENOSYS)]
+    # clone: its flags are the first argument (the low 32 bits hold every CLONE_NEW* flag)
+    prog += [(_JEQ, 0, 3, clone), (_LD_ABS, 0, 0, 16), (_JSET, 0, 1, CLONE_NAMESPACES),
+             (_RET, 0, 0, _RET_ERRNO | _EPERM), (_RET, 0, 0, _RET_ALLOW)]
+    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cgroups: one per run
+
+
+class Cgroups:
+    """Where this host lets the sandbox make a cgroup per run: v2 (one tree) or v1 (one tree per controller)."""
+
+    ROOT = Path("/sys/fs/cgroup")
+    NAME = "agon-sandbox"
+
+    def __init__(self, version: int, parents: dict[str, Path]):
+        self.version, self.parents = version, parents  # controller (or "unified") -> our parent directory
+
+    @classmethod
+    def detect(cls) -> tuple["Cgroups | None", str]:
+        """(the host's cgroups, "") or (None, why not)."""
+        if os.geteuid() != 0:
+            return None, "not root"
+        try:
+            if (cls.ROOT / "cgroup.controllers").exists():  # v2
+                parent = cls.ROOT / cls.NAME
+                parent.mkdir(exist_ok=True)
+                available = set((cls.ROOT / "cgroup.subtree_control").read_text().split())
+                missing = {"memory", "pids", "cpu"} - available
+                for controller in sorted(missing):
+                    (cls.ROOT / "cgroup.subtree_control").write_text(f"+{controller}")
+                (parent / "cgroup.subtree_control").write_text("+memory +pids +cpu")
+                return cls(2, {"unified": parent}), ""
+            parents = {}
+            for controller in ("memory", "pids", "cpuacct", "cpu"):
+                base = cls.ROOT / controller
+                if not base.is_dir():
+                    return None, f"cgroup v1 controller {controller} is not mounted"
+                (base / cls.NAME).mkdir(exist_ok=True)
+                parents[controller] = base / cls.NAME
+            return cls(1, parents), ""
+        except OSError as exc:
+            return None, f"cannot create cgroups under {cls.ROOT} ({exc})"
+
+    def create(self, name: str, memory_bytes: int, pids: int) -> "RunCgroup":
+        dirs = {c: p / name for c, p in self.parents.items()}
+        for d in dirs.values():
+            d.mkdir()
+        group = RunCgroup(self.version, dirs)
+        try:
+            if self.version == 2:
+                d = dirs["unified"]
+                (d / "memory.max").write_text(str(memory_bytes))
+                with contextlib.suppress(OSError):
+                    (d / "memory.swap.max").write_text("0")
+                (d / "pids.max").write_text(str(pids))
+            else:
+                (dirs["memory"] / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                with contextlib.suppress(OSError):  # swap accounting is off on many hosts
+                    (dirs["memory"] / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+                (dirs["pids"] / "pids.max").write_text(str(pids))
+        except OSError:
+            group.remove()
+            raise
+        return group
+
+
+class RunCgroup:
+    """One run's cgroup: what its processes join, what they used, and the kill of all of them."""
+
+    def __init__(self, version: int, dirs: dict[str, Path]):
+        self.version, self.dirs = version, dirs
+
+    @property
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def _read(self, controller: str, name: str) -> str:
+        try:
+            return (self.dirs["unified" if self.version == 2 else controller] / name).read_text()
+        except OSError:
+            return ""
+
+    def cpu_seconds(self) -> float:
+        if self.version == 2:
+            for line in self._read("cpu", "cpu.stat").splitlines():
+                if line.startswith("usage_usec"):
+                    return int(line.split()[1]) / 1e6
+            return 0.0
+        return int(self._read("cpuacct", "cpuacct.usage") or 0) / 1e9
+
+    def oom_kills(self) -> int:
+        text = self._read("memory", "memory.events" if self.version == 2 else "memory.oom_control")
+        for line in text.splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+        return 0
+
+    def pids_limit_hits(self) -> int:
+        for line in self._read("pids", "pids.events").splitlines():
+            if line.startswith("max "):
+                return int(line.split()[1])
+        return 0
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for f in self.procs_files:
+            with contextlib.suppress(OSError):
+                out |= {int(x) for x in Path(f).read_text().split()}
+        return out
+
+    def kill_all(self, timeout_s: float = 10.0) -> bool:
+        """SIGKILL every process in the cgroup until it is empty; True when it is."""
+        give_up = time.monotonic() + timeout_s
+        while time.monotonic() < give_up:
+            pids = self.pids()
+            if not pids:
+                return True
+            if self.version == 2:
+                with contextlib.suppress(OSError):
+                    (self.dirs["unified"] / "cgroup.kill").write_text("1")
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+        return not self.pids()
+
+    def remove(self) -> None:
+        for d in self.dirs.values():
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# uid slots: one uid per concurrent run, across every process on this machine
+
+
+class UidSlots:
+    """Claims a free uid in [base, base + size) with a file lock, released on exit (or when the holder dies)."""
+
+    def __init__(self, lock_dir: Path, base: int = UID_BASE, size: int = UID_SLOTS):
+        self.lock_dir, self.base, self.size = lock_dir, base, size
+        lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._next = 0
+        self._mutex = threading.Lock()
+
+    @contextlib.contextmanager
+    def claim(self, timeout_s: float = 60.0) -> Iterator[int]:
+        give_up = time.monotonic() + timeout_s
+        while True:
+            with self._mutex:
+                start = self._next
+                self._next = (self._next + 1) % self.size
+            for k in range(self.size):
+                slot = (start + k) % self.size
+                fd = os.open(self.lock_dir / f"uid-{self.base + slot}", os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                try:
+                    yield self.base + slot
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    os.close(fd)
+                return
+            if time.monotonic() > give_up:
+                raise SandboxUnavailable(f"all {self.size} sandbox uids are in use for {timeout_s:.0f} s")
+            time.sleep(0.01)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the monitor inside the sandbox (stdlib only, run as `python3 -I -S -c _BOOTSTRAP`)
 
 _BOOTSTRAP = r"""
 import os, resource, sys
-def _setup():
-    prog, as_init = sys.argv[1], sys.argv[2] == "1"
-    cpu, mem, fsize, nproc, nofile, wall = (int(v) for v in sys.argv[3:9])
-    try:
-        for lim, soft, hard in (
-            (resource.RLIMIT_CORE, 0, 0),
-            (resource.RLIMIT_CPU, cpu, cpu + 1),
-            (resource.RLIMIT_AS, mem, mem),
-            (resource.RLIMIT_FSIZE, fsize, fsize),
-            (resource.RLIMIT_NPROC, nproc, nproc),
-            (resource.RLIMIT_NOFILE, nofile, nofile),
-        ):
-            resource.setrlimit(lim, (soft, hard))
-        pid = os.fork() if as_init else 0
-    except BaseException as e:
-        os.write(2, b"agon-sandbox-setup: " + repr(e).encode())
-        os._exit(121)
-    if pid:
-        # the PID namespace's init: reap every orphan, exit with the program's status (128+N: killed by signal N).
-        # A last-resort deadline of its own: should the parent fail to end the namespace, its exit ends it.
-        import signal
-        signal.signal(signal.SIGALRM, lambda *_: os._exit(137))
-        signal.alarm(wall)
-        os.closerange(0, 3)
-        while True:
-            try:
-                p, status = os.wait()
-            except ChildProcessError:
-                os._exit(121)
-            except InterruptedError:
-                continue
-            if p == pid:
-                code = os.waitstatus_to_exitcode(status)
-                os._exit(code if code >= 0 else 128 - code)
-    return prog
-_prog = _setup()
-del _setup
-sys.argv = [_prog]
-with open(_prog, "rb") as _f:
-    _code = compile(_f.read(), _prog, "exec")
-exec(_code, {"__name__": "__main__", "__file__": _prog, "__builtins__": __builtins__})
+prog, chan = sys.argv[1], int(sys.argv[2])
+cpu, mem, fsize, nproc, nofile = (int(v) for v in sys.argv[3:8])
+try:
+    for lim, soft, hard in (
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_AS, mem, mem),
+        (resource.RLIMIT_FSIZE, fsize, fsize),
+        (resource.RLIMIT_NPROC, nproc, nproc),
+        (resource.RLIMIT_NOFILE, nofile, nofile),
+    ):
+        resource.setrlimit(lim, (soft, hard))
+    import ctypes
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the pipe cannot be reopened through /proc
+    os.write(chan, b"ready\n")  # before the program exists, so nothing it does can withhold it
+    pid = os.fork()
+except BaseException as e:
+    os.write(chan, b"setup-failed " + repr(e).encode() + b"\n")
+    os._exit(121)
+if pid:
+    os.closerange(0, 3)
+    while True:
+        try:
+            p, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    os.write(chan, b"status %d\n" % status)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+os.close(chan)
+del pid, chan
+sys.argv = [prog]
+with open(prog, "rb") as _f:
+    _code = compile(_f.read(), prog, "exec")
+exec(_code, {"__name__": "__main__", "__file__": prog, "__builtins__": __builtins__})
 """
+SETUP_FAILED = 121
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# isolation probe (once per configuration and process)
-
-_PROBES: dict[tuple, tuple[str, str]] = {}
-_PROBE_LOCK = threading.Lock()
-
-
-def _traversable_by_others(path: str) -> bool:
-    """Every directory from / down to ``path`` can be entered by a user that is neither owner nor group."""
-    p = os.path.abspath(path)
-    while True:
-        try:
-            if not os.stat(p).st_mode & stat.S_IXOTH:
-                return False
-        except OSError:
-            return False
-        parent = os.path.dirname(p)
-        if parent == p:
-            return True
-        p = parent
-
-
-def _namespace_prefix(uid: int, gid: int, network: bool) -> list[str]:
-    # parent-death signals chain the namespace to the calling thread: if the trainer dies (even by SIGKILL),
-    # unshare gets SIGKILL, then the init does (its own signal is set by setpriv after the uid change), and the
-    # kernel ends the rest of the namespace
-    cmd = ["setpriv", "--pdeathsig", "KILL", "unshare", "--pid", "--fork", "--kill-child", "--ipc"]
-    if not network:
-        cmd.append("--net")
-    cmd += [
-        "setpriv",
-        f"--reuid={uid}",
-        f"--regid={gid}",
-        "--clear-groups",
-        "--no-new-privs",
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-        "--pdeathsig",
-        "KILL",
-    ]
-    return cmd
-
+# working directories and cgroups left by a trainer that died mid-run
 
 WORKDIR_PREFIX = "agon-sbx-"
+
+
+def _pid_alive(owner: str) -> bool:
+    return owner.isdigit() and (int(owner) == os.getpid() or os.path.exists(f"/proc/{owner}"))
 
 
 def remove_stale_workdirs(tmp_root: str) -> int:
@@ -226,107 +431,103 @@ def remove_stale_workdirs(tmp_root: str) -> int:
     for name in entries:
         if not name.startswith(WORKDIR_PREFIX):
             continue
-        owner = name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
-        if owner.isdigit() and int(owner) != os.getpid() and not os.path.exists(f"/proc/{owner}"):
+        owner = name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not _pid_alive(owner):
             shutil.rmtree(os.path.join(tmp_root, name), ignore_errors=True)
             removed += 1
     return removed
 
 
-def _process_count(uid: int) -> int:
-    n = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                n += entry.stat().st_uid == uid
-            except OSError:
-                pass
-    return n
+def _remove_stale_cgroups(cgroups: Cgroups) -> None:
+    names = {d.name for parent in cgroups.parents.values() if parent.is_dir() for d in parent.iterdir() if d.is_dir()}
+    for name in names:
+        if name.startswith("run-") and not _pid_alive(name.split("-")[1]):
+            group = RunCgroup(cgroups.version, {c: p / name for c, p in cgroups.parents.items()})
+            group.kill_all()
+            group.remove()
 
 
 # ---------------------------------------------------------------------------------------------------------------
 
+_PROBES: dict[tuple, str | None] = {}
+_PROBE_LOCK = threading.Lock()
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning(message)
+
 
 class LocalSandbox:
-    """Runs Python programs on this machine (see the module docstring for the guarantees of each isolation level).
+    """Runs Python programs on this machine under bubblewrap (see the module docstring); fails closed.
 
-    ``isolation``: "auto" (namespace when it works here, else session), "namespace" (raise if unavailable) or
-    "session". ``python``: the interpreter (default /usr/bin/python3, else this interpreter, with a warning).
-    ``network``: keep the host's network namespace (off by default: the program sees no network at all).
-    Safe to call ``run`` from several threads at once (no ``preexec_fn``: limits are set by the bootstrap).
+    ``allow_unsafe``: where isolation cannot be set up, run programs anyway with per-process limits only (loudly)
+    instead of raising ``SandboxUnavailable``. ``network``: keep the host's network (off by default: none at all).
+    Safe to call ``run`` from several threads at once: each run has its own uid, cgroup and working directory.
     """
 
-    def __init__(
-        self,
-        isolation: str = "auto",
-        python: str | None = None,
-        uid: int = NOBODY,
-        gid: int = NOBODY,
-        network: bool = False,
-        tmp_root: str | None = None,
-    ):
-        if isolation not in ("auto", ISOLATION_NAMESPACE, ISOLATION_SESSION):
-            raise ValueError(f"isolation={isolation!r}; choose auto, namespace or session")
-        self.uid, self.gid, self.network = uid, gid, network
-        notes = []
-        if python is None:
-            if os.access(SYSTEM_PYTHON, os.X_OK):
-                python = SYSTEM_PYTHON
-            else:
-                python = sys.executable
-                notes.append(f"{SYSTEM_PYTHON} not found; using {python}")
-        self.python = python
+    def __init__(self, allow_unsafe: bool = False, python: str = SYSTEM_PYTHON, network: bool = False,
+                 tmp_root: str | None = None, bwrap: str | None = None, uid_base: int = UID_BASE,
+                 uid_slots: int = UID_SLOTS):
+        self.python, self.network = python, network
         self.tmp_root = tmp_root or tempfile.gettempdir()
-        if tmp_root is None and not _traversable_by_others(self.tmp_root) and _traversable_by_others("/tmp"):
-            self.tmp_root = "/tmp"  # e.g. TMPDIR under /root, which uid 65534 cannot enter
-        self._has_setpriv = sys.platform.startswith("linux") and shutil.which("setpriv") is not None
+        self.bwrap = bwrap or shutil.which("bwrap")
+        self.slots = UidSlots(Path(self.tmp_root) / "agon-sbx-uids", uid_base, uid_slots)
+        self._runs = 0
+        self._count_lock = threading.Lock()
         remove_stale_workdirs(self.tmp_root)
-        level, why = ISOLATION_SESSION, "requested"
-        if isolation != ISOLATION_SESSION:
-            level, why = self._probe_namespace()
-            if level != ISOLATION_NAMESPACE and isolation == ISOLATION_NAMESPACE:
-                raise RuntimeError(f"namespace isolation is not available here: {why}")
-        if level == ISOLATION_SESSION and why != "requested":
-            notes.append(f"namespace isolation unavailable ({why})")
-        self._isolation = level
-        self.note = "; ".join(notes)
-        if level == ISOLATION_SESSION and isolation == "auto":
-            log.warning(
-                "sandbox: falling back to session isolation (%s): a setsid child escapes the kill%s",
-                self.note,
-                ", and as root the process limit and the filesystem are not protected" if os.geteuid() == 0 else "",
-            )
-        elif notes:
-            log.warning("sandbox: %s", self.note)
+        self.cgroups, no_cgroup = Cgroups.detect()
+        if self.cgroups is not None:
+            _remove_stale_cgroups(self.cgroups)
+        else:
+            _warn_once(f"sandbox: no cgroup per run ({no_cgroup}): memory, process and CPU limits are per process")
+        problem = self._probe()
+        if problem is None:
+            self._isolation = ISOLATION_BWRAP
+        elif allow_unsafe:
+            self._isolation = ISOLATION_UNSAFE
+            _warn_once(f"sandbox: UNSAFE: model-written programs run WITHOUT isolation (task.sandbox.allow_unsafe="
+                       f"true), as this process's user with per-process limits only: {problem}")
+        else:
+            raise SandboxUnavailable(f"the sandbox cannot isolate model-written programs here: {problem}. To fix "
+                                     f"it: {INSTALL_HINT}.")
+        self.note = problem or ""
 
     @property
     def isolation(self) -> str:
         return self._isolation
 
-    # --- probe -----------------------------------------------------------------------------------------------
-
-    def _probe_namespace(self) -> tuple[str, str]:
-        key = (self.python, self.uid, self.gid, self.network, self.tmp_root)
+    def _probe(self) -> str | None:
+        """None when bubblewrap runs a program here with every isolation in place, else why not (once per
+        configuration and process)."""
+        key = (self.bwrap, self.python, self.network, self.tmp_root)
         with _PROBE_LOCK:
             if key not in _PROBES:
                 _PROBES[key] = self._probe_once()
             return _PROBES[key]
 
-    def _probe_once(self) -> tuple[str, str]:
-        if not sys.platform.startswith("linux"):
-            return ISOLATION_SESSION, "not Linux"
+    def _probe_once(self) -> str | None:
+        if platform.system() != "Linux":
+            return "not Linux"
+        if not self.bwrap or not os.access(self.bwrap, os.X_OK):
+            return f"bubblewrap is not installed ({self.bwrap or 'no bwrap on PATH'})"
         if os.geteuid() != 0:
-            return ISOLATION_SESSION, "not running as root"
-        missing = [b for b in ("unshare", "setpriv") if shutil.which(b) is None]
-        if missing:
-            return ISOLATION_SESSION, f"{' and '.join(missing)} not found"
-        if not _traversable_by_others(self.tmp_root):
-            return ISOLATION_SESSION, f"uid {self.uid} cannot enter the temporary directory {self.tmp_root}"
-        self._isolation = ISOLATION_NAMESPACE
-        res = self.run(RunRequest(code="print('agon-probe-ok')", time_limit_s=5, wall_time_s=20))
+            return "not running as root (a uid per run needs root)"
+        if not os.access(self.python, os.X_OK):
+            return f"{self.python} not found"
+        if shutil.which("setpriv") is None:
+            return "setpriv (util-linux) not found"
+        try:
+            seccomp_filter()
+        except SandboxUnavailable as exc:
+            return str(exc)
+        self._isolation = ISOLATION_BWRAP
+        res = self.run(RunRequest(code="print('agon-probe-ok')", time_limit_s=5, wall_time_s=30))
         if res.status == "ok" and res.stdout.strip() == "agon-probe-ok":
-            return ISOLATION_NAMESPACE, ""
-        return ISOLATION_SESSION, f"probe run failed: {res.status} {res.detail} {res.stderr[-300:].strip()}"
+            return None
+        return f"bubblewrap could not set up the sandbox: {res.detail} {res.stderr[-400:].strip()}".strip()
 
     # --- run -------------------------------------------------------------------------------------------------
 
@@ -334,78 +535,106 @@ class LocalSandbox:
         t0 = time.monotonic()
         if req.language != "python":
             return RunResult("sandbox_error", None, "", "", False, 0.0, f"language {req.language!r} is not supported")
-        workdir = None
+        workdir, group = None, None
         try:
-            workdir = self._make_workdir(req)
-            return self._execute(req, workdir, t0)
+            with self.slots.claim() if self._isolation == ISOLATION_BWRAP else contextlib.nullcontext() as uid:
+                try:
+                    workdir = self._make_workdir(req)
+                    if self.cgroups is not None:
+                        with self._count_lock:
+                            self._runs += 1
+                            name = f"run-{os.getpid()}-{self._runs}"
+                        group = self.cgroups.create(name, (req.memory_mb + 2 * INTERPRETER_MB) << 20,
+                                                    req.max_processes + 4)
+                    return self._execute(req, workdir, uid, group, t0)
+                finally:
+                    if group is not None and not group.kill_all():
+                        log.error("sandbox: processes of %s survived SIGKILL", group.dirs)
+                    if group is not None:
+                        group.remove()
+                    if workdir is not None:
+                        shutil.rmtree(workdir, ignore_errors=True)
         except Exception as e:  # the sandbox's own failure, never the program's
             log.exception("sandbox: run failed")
             return RunResult("sandbox_error", None, "", "", False, time.monotonic() - t0, f"{type(e).__name__}: {e}")
-        finally:
-            if workdir is not None:
-                shutil.rmtree(workdir, ignore_errors=True)
 
     def _make_workdir(self, req: RunRequest) -> str:
+        """Root-owned and read-only to the program: bound into its /work, or its cwd when unsafe."""
         workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-", dir=self.tmp_root)
         for name, content in {**req.files, "main.py": req.code}.items():
             if os.path.basename(name) != name or name in ("", ".", ".."):
                 raise ValueError(f"file name {name!r} must be a plain name")
-            with open(os.path.join(workdir, name), "w", encoding="utf-8", errors="surrogatepass") as f:
+            path = os.path.join(workdir, name)
+            with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
                 f.write(content)
-        if self._isolation == ISOLATION_NAMESPACE:
-            for name in os.listdir(workdir):
-                os.chown(os.path.join(workdir, name), self.uid, self.gid)
-            os.chown(workdir, self.uid, self.gid)
-        os.chmod(workdir, 0o700)
+            os.chmod(path, 0o444)
+        os.chmod(workdir, 0o755 if self._isolation == ISOLATION_BWRAP else 0o700)
         return workdir
 
-    def _command(self, req: RunRequest, workdir: str) -> list[str]:
-        ns = self._isolation == ISOLATION_NAMESPACE
-        nproc = req.max_processes
-        if not ns and os.geteuid() != 0:
-            # RLIMIT_NPROC counts every process of the real user, so leave room for the ones it already has
-            nproc += _process_count(os.getuid())
-        limits = [
-            max(1, math.ceil(req.time_limit_s)),
-            (req.memory_mb + 32) << 20,  # interpreter overhead on top of the program's own memory
-            req.max_file_mb << 20,
-            nproc + (1 if ns else 0),  # the namespace init is one of them
-            req.max_open_files,
-            math.ceil(req.wall_limit_s) + 5,  # the init's own deadline (namespace mode)
-        ]
-        boot = [self.python, "-I", "-c", _BOOTSTRAP, os.path.join(workdir, "main.py"), "1" if ns else "0"]
-        boot += [str(v) for v in limits]
-        if ns:
-            return _namespace_prefix(self.uid, self.gid, self.network) + boot
-        # session mode: the program still dies with the calling thread where setpriv exists
-        return (["setpriv", "--pdeathsig", "KILL"] if self._has_setpriv else []) + boot
+    def _command(self, req: RunRequest, workdir: str, uid: int | None, group: RunCgroup | None, seccomp_fd: int,
+                 chan: int) -> list[str]:
+        limits = [max(1, math.ceil(req.time_limit_s)), (req.memory_mb + INTERPRETER_MB) << 20, req.max_file_mb << 20,
+                  req.max_processes + 1, req.max_open_files]  # + 1: the monitor
+        join = []
+        if group is not None:  # the shell joins the run's cgroup, then becomes bwrap: every process is counted
+            join = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 120; shift; done; shift; '
+                    'exec "$@"', "sh", *group.procs_files, "--"]
+        if self._isolation == ISOLATION_UNSAFE:
+            boot = [self.python, "-I", "-c", _BOOTSTRAP, os.path.join(workdir, "main.py"), str(chan)]
+            return join + boot + [str(v) for v in limits]
+        size = str(max(req.max_file_mb, 1) << 20)
+        cmd = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+               "--unshare-cgroup-try", "--hostname", "sandbox"]
+        if not self.network:
+            cmd.append("--unshare-net")
+        cmd += ["--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
+            if os.path.islink(top):
+                cmd += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                cmd += ["--ro-bind", top, top]
+        cmd += ["--proc", "/proc", "--dev", "/dev"]
+        for tmpfs in ("/dev/shm", "/tmp", "/work"):
+            cmd += ["--perms", "1777", "--size", size, "--tmpfs", tmpfs]
+        for name in sorted(os.listdir(workdir)):
+            cmd += ["--ro-bind", os.path.join(workdir, name), f"/work/{name}"]
+        cmd += ["--chdir", "/work", "--seccomp", str(seccomp_fd), "--clearenv"]
+        for key, value in ENV_ALLOWLIST.items():
+            cmd += ["--setenv", key, value]
+        cmd += ["--", "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
+                "--inh-caps=-all", "--bounding-set=-all", "--",
+                self.python, "-I", "-c", _BOOTSTRAP, "/work/main.py", str(chan)]
+        return join + cmd + [str(v) for v in limits]
 
-    def _execute(self, req: RunRequest, workdir: str, t0: float) -> RunResult:
-        ns = self._isolation == ISOLATION_NAMESPACE
-        proc = subprocess.Popen(
-            self._command(req, workdir),
-            cwd=workdir,
-            env=dict(ENV_ALLOWLIST),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-        )
-        out, err = _Capped(req.max_output_bytes), _Capped(req.max_output_bytes)
+    def _execute(self, req: RunRequest, workdir: str, uid: int | None, group: RunCgroup | None,
+                 t0: float) -> RunResult:
+        seccomp_fd = os.memfd_create("agon-seccomp", 0)
+        os.write(seccomp_fd, seccomp_filter() if self._isolation == ISOLATION_BWRAP else b"")
+        os.lseek(seccomp_fd, 0, os.SEEK_SET)
+        chan_r, chan_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                self._command(req, workdir, uid, group, seccomp_fd, chan_w),
+                cwd=workdir, env=dict(ENV_ALLOWLIST), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, close_fds=True, pass_fds=(seccomp_fd, chan_w))
+        finally:
+            os.close(seccomp_fd)
+            os.close(chan_w)
+        out, err, chan = _Capped(req.max_output_bytes), _Capped(req.max_output_bytes), _Capped(4096)
 
         def drain() -> None:
             out.drain(proc.stdout.fileno())
             err.drain(proc.stderr.fileno())
+            chan.drain(chan_r)
 
-        killer = _Killer(proc, ns, drain)
         sel = selectors.DefaultSelector()
-        timed_out = over_cap = False
+        timed_out = over_cap = cpu_over = False
         exit_fd = None
         try:
             stdin_data = req.stdin.encode("utf-8", "surrogatepass")
             sel.register(proc.stdout, selectors.EVENT_READ, out)
             sel.register(proc.stderr, selectors.EVENT_READ, err)
+            sel.register(chan_r, selectors.EVENT_READ, chan)
             if stdin_data:
                 os.set_blocking(proc.stdin.fileno(), False)
                 sel.register(proc.stdin, selectors.EVENT_WRITE, None)
@@ -418,22 +647,22 @@ class LocalSandbox:
             written = 0
             while True:
                 now = time.monotonic()
-                if ns and killer.init_fd is None:
-                    killer.find_init()
                 open_streams = sum(1 for k in sel.get_map().values() if isinstance(k.data, _Capped))
                 if exited_at is not None and (open_streams == 0 or now - exited_at > 0.5):
-                    break  # finished; a leftover writer (session mode only) gets half a second
+                    break
                 if now >= deadline:
                     timed_out = True
                     break
-                wait = min(deadline - now, 0.05 if ns and killer.init_fd is None else 1.0)
-                for key, _ in sel.select(wait):
+                if group is not None and group.cpu_seconds() > req.time_limit_s:
+                    cpu_over = True
+                    break
+                for key, _ in sel.select(min(deadline - now, 0.05)):
                     if key.data == "exit":
                         sel.unregister(exit_fd)
                         exited_at = time.monotonic()
                     elif key.data is None:  # stdin
                         try:
-                            written += os.write(proc.stdin.fileno(), stdin_data[written : written + 65536])
+                            written += os.write(proc.stdin.fileno(), stdin_data[written: written + 65536])
                         except (BrokenPipeError, BlockingIOError) as e:
                             if isinstance(e, BrokenPipeError):
                                 written = len(stdin_data)
@@ -441,53 +670,78 @@ class LocalSandbox:
                             sel.unregister(proc.stdin)
                             proc.stdin.close()
                     else:
-                        chunk = os.read(key.fileobj.fileno(), 65536)
+                        fd = key.fileobj if isinstance(key.fileobj, int) else key.fileobj.fileno()
+                        chunk = os.read(fd, 65536)
                         if not chunk:
                             sel.unregister(key.fileobj)
-                        elif not key.data.add(chunk):
+                        elif not key.data.add(chunk) and key.data is not chan:
                             over_cap = True
                 if over_cap:
                     break
         finally:
-            killer.kill_all()
+            # bwrap dies, and with it (--die-with-parent) its namespace; then the cgroup, for anything else
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            if group is not None:
+                group.kill_all()
+            proc.wait()
             sel.close()
             if exit_fd is not None:
                 os.close(exit_fd)
             drain()
-            proc.stdout.close()
-            proc.stderr.close()
-            if proc.stdin and not proc.stdin.closed:
-                try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
-        wall = time.monotonic() - t0
-        rc = killer.returncode
-        stdout, stderr = out.text(), err.text()
-        truncated = out.truncated or err.truncated
-        if over_cap or timed_out:
-            # unshare's complaint about re-raising the SIGKILL its child got is not the program's output
-            stderr = "".join(ln for ln in stderr.splitlines(True) if not ln.startswith("unshare: sigprocmask"))
+            for stream in (proc.stdout, proc.stderr, proc.stdin):
+                with contextlib.suppress(OSError):
+                    stream.close()
+            os.close(chan_r)
+        return self._verdict(req, group, out, err, chan.text(), proc.returncode, time.monotonic() - t0,
+                             timed_out, over_cap, cpu_over)
+
+    @staticmethod
+    def _verdict(req: RunRequest, group: RunCgroup | None, out: "_Capped", err: "_Capped", chan: str,
+                 outer_rc: int | None, wall: float, timed_out: bool, over_cap: bool, cpu_over: bool) -> RunResult:
+        stdout, stderr, truncated = out.text(), err.text(), out.truncated or err.truncated
+        lines = chan.splitlines()
+        pids_note = ""
+        if group is not None and group.pids_limit_hits():
+            pids_note = f"; the process limit ({req.max_processes}) refused {group.pids_limit_hits()} forks"
+        oom = group is not None and group.oom_kills() > 0
         if over_cap:
-            return RunResult(
-                "output_limit", None, stdout, stderr, True, wall, f"wrote more than {req.max_output_bytes} bytes"
-            )
+            return RunResult("output_limit", None, stdout, stderr, True, wall,
+                             f"wrote more than {req.max_output_bytes} bytes{pids_note}")
         if timed_out:
-            return RunResult("timeout", None, stdout, stderr, truncated, wall, f"wall clock > {req.wall_limit_s:g}s")
-        if (rc == SETUP_FAILED and err.head.startswith(_SETUP_MARK)) or (
-            rc not in (0, None) and err.head.startswith((b"unshare: ", b"setpriv: "))
-        ):
-            # the sandbox could not start the program (e.g. no process slot left): not the program's fault
-            return RunResult("sandbox_error", rc, stdout, stderr, truncated, wall, "sandbox setup failed")
-        if ns and rc is not None and rc > 128:
-            rc = -(rc - 128)  # the init's convention for "killed by signal N"
+            return RunResult("timeout", None, stdout, stderr, truncated, wall,
+                             f"wall clock > {req.wall_limit_s:g}s{pids_note}")
+        if cpu_over:
+            return RunResult("timeout", None, stdout, stderr, truncated, wall,
+                             f"CPU time of the run > {req.time_limit_s:g}s{pids_note}")
+        if "ready" not in lines or any(ln.startswith("setup-failed") for ln in lines):
+            # the monitor never said the program could start: whatever went wrong is the sandbox's
+            why = next((ln for ln in lines if ln.startswith("setup-failed")), f"exit code {outer_rc}")
+            return RunResult("sandbox_error", None, stdout, stderr, truncated, wall, f"sandbox setup failed: {why}")
+        status = next((int(ln.split()[1]) for ln in lines if ln.startswith("status ")), None)
+        if status is None:  # the monitor was killed before it could report: by the OOM killer or by the program
+            if oom:
+                return RunResult("memory", None, stdout, stderr, truncated, wall,
+                                 f"killed by the OOM killer: memory of the run > {req.memory_mb} MB")
+            return RunResult("runtime_error", None, stdout, stderr, truncated, wall,
+                             f"the program ended the sandbox's monitor{pids_note}")
+        rc = os.waitstatus_to_exitcode(status)
+        if oom:  # the run went over its memory, whichever of its processes the kernel chose to end
+            return RunResult("memory", rc, stdout, stderr, truncated, wall,
+                             f"the OOM killer ended {group.oom_kills()} of its processes: memory of the run > "
+                             f"{req.memory_mb} MB")
         if rc == 0:
-            return RunResult("ok", 0, stdout, stderr, truncated, wall)
-        if rc is not None and rc < 0 and -rc in (signal.SIGXCPU, signal.SIGKILL):
-            return RunResult("timeout", rc, stdout, stderr, truncated, wall, f"CPU time > {req.time_limit_s:g}s")
-        if "MemoryError" in stderr[-2000:] or "Cannot allocate memory" in stderr[-2000:]:
-            return RunResult("memory", rc, stdout, stderr, truncated, wall, f"memory > {req.memory_mb} MB")
-        return RunResult("runtime_error", rc, stdout, stderr, truncated, wall, f"exit code {rc}")
+            return RunResult("ok", 0, stdout, stderr, truncated, wall, pids_note.lstrip("; "))
+        memory_error = "MemoryError" in stderr[-2000:] or "Cannot allocate memory" in stderr[-2000:]
+        if rc == -signal.SIGXCPU:
+            return RunResult("timeout", rc, stdout, stderr, truncated, wall,
+                             f"CPU time of one process > {math.ceil(req.time_limit_s)}s (SIGXCPU)")
+        if memory_error:
+            return RunResult("memory", rc, stdout, stderr, truncated, wall, f"MemoryError: memory > {req.memory_mb} MB")
+        if rc < 0:
+            return RunResult("runtime_error", rc, stdout, stderr, truncated, wall,
+                             f"killed by {signal.Signals(-rc).name}{pids_note}")
+        return RunResult("runtime_error", rc, stdout, stderr, truncated, wall, f"exit code {rc}{pids_note}")
 
 
 class _Capped:
@@ -528,71 +782,3 @@ class _Capped:
     def text(self) -> str:
         return b"".join(self.parts).decode("utf-8", errors="replace")
 
-
-class _Killer:
-    """Ends every process of one run: the namespace's init (by pidfd) or the process group, before reaping."""
-
-    def __init__(self, proc: subprocess.Popen, namespace: bool, drain):
-        self.proc, self.namespace, self.drain = proc, namespace, drain
-        self.init_fd: int | None = None
-        self.returncode: int | None = None
-
-    def find_init(self) -> None:
-        """Open a pidfd on unshare's forked child, the namespace's init (pid 1 inside)."""
-        pid = self.proc.pid
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children") as f:
-                children = f.read().split()
-        except OSError:
-            return
-        if not children:
-            return
-        try:
-            fd = os.pidfd_open(int(children[0]))
-        except OSError:
-            return
-        # guard against a recycled pid: the process behind the pidfd must still be unshare's child
-        try:
-            with open(f"/proc/{children[0]}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            ppid = -1
-        if ppid != pid:
-            os.close(fd)
-            return
-        self.init_fd = fd
-
-    def kill_all(self) -> None:
-        """SIGKILL whatever is left, then reap the direct child (its exit code is kept in ``returncode``)."""
-        proc = self.proc
-        if self.namespace:
-            if self.init_fd is None:
-                self.find_init()
-            if self.init_fd is not None:
-                try:
-                    signal.pidfd_send_signal(self.init_fd, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                # the dying init waits in the kernel until every process of the namespace is gone; unshare then
-                # reaps it and exits. Killing unshare first would leave the init a zombie for the host's pid 1.
-                # Keep the pipes drained meanwhile: unshare may write to a stderr pipe the program filled.
-                give_up = time.monotonic() + 10
-                while proc.poll() is None and time.monotonic() < give_up:
-                    self.drain()
-                    time.sleep(0.005)
-                if proc.returncode is None:
-                    log.error("sandbox: namespace of pid %d did not end within 10 s of SIGKILL", proc.pid)
-            # unshare itself: needed only when its child was never found (then --kill-child's signal applies)
-            if proc.returncode is None:
-                proc.kill()
-        else:
-            # the leader is not reaped yet, so its pid (the group id) cannot have been recycled
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        self.returncode = proc.wait()
-        if self.init_fd is not None:
-            # unshare waited for its child, so the init is gone, and the kernel ended the rest of the namespace
-            os.close(self.init_fd)
-            self.init_fd = None
