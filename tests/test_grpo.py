@@ -7,8 +7,18 @@ import math
 import pytest
 import torch
 
-from agon.grpo import (LOSSES, clipped_surrogate, get_loss, group_advantages, kl_k3, masked_mean, merge_stats,
-                       policy_loss, sampler_correction, sampler_mismatch)
+from agon.grpo import (
+    LOSSES,
+    clipped_surrogate,
+    get_loss,
+    group_advantages,
+    kl_k3,
+    masked_mean,
+    merge_stats,
+    policy_loss,
+    sampler_correction,
+    sampler_mismatch,
+)
 
 
 def groups(batch: int, size: int) -> torch.Tensor:

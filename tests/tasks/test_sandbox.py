@@ -16,7 +16,6 @@ import platform
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -27,19 +26,16 @@ import psutil
 import pytest
 
 from agon.tasks import sandbox as sbx
+from agon.tasks.isolation import UID_BASE, UID_SLOTS, SandboxUnavailable, UidSlots, seccomp_filter
 from agon.tasks.sandbox import (
     ISOLATION_BWRAP,
     ISOLATION_UNSAFE,
-    UID_BASE,
-    UID_SLOTS,
     WORKDIR_PREFIX,
     LocalSandbox,
     RunRequest,
     RunResult,
     Sandbox,
-    SandboxUnavailable,
     remove_stale_workdirs,
-    seccomp_filter,
 )
 
 X86 = platform.machine() == "x86_64"
@@ -523,7 +519,7 @@ def test_a_codecontests_run_stops_before_loading_anything_when_the_sandbox_canno
 
 
 def test_uid_slots_are_exclusive_across_threads(tmp_path):
-    slots = sbx.UidSlots(tmp_path / "locks", base=70000, size=3)
+    slots = UidSlots(tmp_path / "locks", base=70000, size=3)
     held, errors = [], []
     barrier = threading.Barrier(3)
 
@@ -541,5 +537,3 @@ def test_uid_slots_are_exclusive_across_threads(tmp_path):
     for t in threads:
         t.join()
     assert not errors and sorted(held) == [70000, 70001, 70002]
-    with tempfile.TemporaryDirectory():
-        pass
