@@ -68,12 +68,30 @@ def leftovers(sb: LocalSandbox | None = None) -> list[str]:
     return found
 
 
+def _host_files(sb: LocalSandbox) -> set[str]:
+    """What a run could leave on the host's shared file systems: /dev/shm, /tmp and the sandbox's tmp root."""
+    return {f"{d}/{n}" for d in {"/dev/shm", "/tmp", sb.tmp_root} for n in os.listdir(d)
+            if not n.startswith("pytest-")}
+
+
+def _shmem_bytes() -> int:
+    """Host-wide tmpfs and shared memory in use (/proc/meminfo Shmem)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1]) << 10
+    return 0
+
+
 def run(sb: LocalSandbox, code: str, **kw) -> RunResult:
+    """One run through the verifier's path, then: nothing left running, no new file on the host's shared file
+    systems, and this process's memory and the host's shared memory back where they were."""
     kw.setdefault("time_limit_s", 1)
-    before = psutil.Process().memory_info().rss
+    rss, shmem, files = psutil.Process().memory_info().rss, _shmem_bytes(), _host_files(sb)
     res = sb.run(RunRequest(code=textwrap.dedent(code), **kw))
     assert leftovers(sb) == [], f"left behind after {code[:60]!r}"
-    assert psutil.Process().memory_info().rss - before < 64 << 20
+    assert _host_files(sb) - files == set(), f"files left by {code[:60]!r}"
+    assert psutil.Process().memory_info().rss - rss < 64 << 20
+    assert _shmem_bytes() - shmem < 16 << 20, "tmpfs or shared memory outlived the run"
     return res
 
 
@@ -111,6 +129,25 @@ def test_the_program_sees_only_its_own_files_processes_and_user(sandbox, tmp_pat
     assert UID_BASE <= uid < UID_BASE + UID_SLOTS and lines[2] == f"{uid} {uid} []"
     assert len(eval(lines[3])) <= 3  # bwrap's init, the monitor, the program: none of the host's  # noqa: S307
     assert all(ln.startswith("no ") for ln in lines[4:9]), lines[4:]
+
+
+def test_no_way_back_to_root(sandbox):
+    res = run(sandbox, """
+        import os
+        for name, call in (("setuid", lambda: os.setuid(0)), ("setgid", lambda: os.setgid(0)),
+                           ("setgroups", lambda: os.setgroups([0])), ("chroot", lambda: os.chroot("/tmp"))):
+            try:
+                call()
+                print(name, "allowed")
+            except OSError as e:
+                print(name, type(e).__name__)
+        status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+        print(status["CapEff"].strip(), status["CapBnd"].strip(), status["NoNewPrivs"].strip())
+        """)
+    lines = res.stdout.splitlines()
+    assert lines[:4] == ["setuid PermissionError", "setgid PermissionError", "setgroups PermissionError",
+                         "chroot PermissionError"], lines
+    assert lines[4] == "0000000000000000 0000000000000000 1"
 
 
 def test_environment_is_allow_listed(sandbox, monkeypatch):
@@ -537,3 +574,11 @@ def test_uid_slots_are_exclusive_across_threads(tmp_path):
     for t in threads:
         t.join()
     assert not errors and sorted(held) == [70000, 70001, 70002]
+
+
+def test_runs_at_the_same_time_run_as_different_users(sandbox):
+    """So that RLIMIT_NPROC, /proc permissions and file ownership separate them even beyond their namespaces."""
+    request = RunRequest(code="import os, time\ntime.sleep(0.5)\nprint(os.getuid())\n", time_limit_s=2)
+    with ThreadPoolExecutor(4) as pool:
+        uids = [r.stdout.strip() for r in pool.map(lambda _: sandbox.run(request), range(4))]
+    assert len(set(uids)) == 4 and all(UID_BASE <= int(u) < UID_BASE + UID_SLOTS for u in uids), uids
