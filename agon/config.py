@@ -252,11 +252,14 @@ class TrainerConfig:
     # optimisation passes over each generated batch
     num_iterations: int = 1
     max_grad_norm: float = 1.0
-    # save a checkpoint every N steps (0: only at the end)
+    # save a checkpoint every N steps (0: only at the end) ...
     checkpoint_every: int = 0
+    # ... and whenever this many minutes passed since the last one (0: never for that reason)
+    checkpoint_minutes: float = 5.0
     keep_checkpoints: int = 2
-    # continue from <output_dir>/checkpoints/latest when it exists (pass the old run's output_dir)
-    resume: bool = False
+    # auto: continue from <output_dir>/checkpoints/latest when there is one, and skip a run whose summary.json is
+    # complete; never: always start afresh
+    resume: str = "auto"
     # bad (non-finite) steps tolerated in a row before the run aborts
     max_bad_steps: int = 3
     # the sampler-trainer mismatch correction when the engine gives log-probs (vLLM), TRL's names and defaults
@@ -332,6 +335,40 @@ class LoggerConfig:
 
 
 @dataclass
+class TuneConfig:
+    """Set by the Optuna sweeper (agon.tune) on each trial's cell, so that it reports its evaluations; null
+    otherwise."""
+
+    storage: Optional[str] = None
+    study: Optional[str] = None
+    trial: Optional[int] = None
+
+
+@dataclass
+class OptunaSweeperConfig:
+    """``hydra/sweeper=optuna``: agon's Optuna sweeper (agon/tune.py)."""
+
+    _target_: str = "hydra_plugins.agon_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+    # config key -> float(low, high[, log]) | int(low, high[, log]) | choice(a, b, ...)
+    params: dict = field(default_factory=dict)
+    # finished (complete or pruned) trials the study ends with
+    n_trials: int = 20
+    # trials handed to the launcher at once
+    n_jobs: int = 1
+    # maximize | minimize (the objective is eval/accuracy)
+    direction: str = "maximize"
+    # null: <sweep dir>/optuna.db (SQLite); any SQLAlchemy URL; journal:<path> for Optuna's journal file
+    storage: Optional[str] = None
+    # null: the job's name (agon.run's "run")
+    study_name: Optional[str] = None
+    # seeds Optuna's TPE sampler
+    seed: int = 0
+    # median pruning starts after this many finished trials, and from this training step
+    pruner_startup_trials: int = 2
+    pruner_warmup_steps: int = 0
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     task: Any = MISSING
@@ -344,6 +381,7 @@ class Config:
     eval: EvalConfig = MISSING
     logger: LoggerConfig = MISSING
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
     experiment: Optional[str] = None
     seed: int = 0
     # where run files go; Hydra's runtime.output_dir when null
@@ -398,9 +436,11 @@ def register_configs() -> None:
     if not OmegaConf.has_resolver("safe_dirname"):
         OmegaConf.register_new_resolver("safe_dirname", safe_dirname)
     if not OmegaConf.has_resolver("launch_time"):
-        OmegaConf.register_new_resolver("launch_time", launch_time)
+        # cached like Hydra's own `now`: the value travels with the config to launcher jobs in other processes
+        OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
+    cs.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConfig, provider="agon")
     for group, entries in GROUP_SCHEMAS.items():
         for name, node in entries:
             cs.store(group=group, name=name, node=node)
@@ -431,6 +471,13 @@ INITS = ("divergent", "symmetric")
 SCALE_REWARDS = ("group", "batch", "none")
 DTYPES = ("float32", "bfloat16", "float16")
 PLACEMENTS = ("auto", "inprocess", "worker")
+# true and false: what older configs and commands say (true resumed when it could: auto)
+RESUMES = ("auto", "never", "true", "false")
+
+
+def resume_mode(value: Any) -> str:
+    """``trainer.resume`` as auto or never."""
+    return "never" if str(value).lower() in ("never", "false") else "auto"
 
 
 def _one_of(key: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
@@ -498,6 +545,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("trainer.epsilon and trainer.epsilon_high must be > 0")
     if e.every < 0:
         raise ConfigError(f"eval.every={e.every} must be >= 0")
+    _one_of("trainer.resume", str(t.resume).lower(), RESUMES)
     world = launched_world_size()
     if t.prompts_per_step % world:
         raise ConfigError(f"trainer.prompts_per_step={t.prompts_per_step} must be a multiple of the {world} processes "

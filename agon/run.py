@@ -26,7 +26,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from agon import run_files
-from agon.config import LAUNCH_TIME_ENV, to_plain, validate
+from agon.config import LAUNCH_TIME_ENV, ConfigError, resume_mode, to_plain, validate
 from agon.distributed import Ranks, launched_world_size
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "hydra-core", "omegaconf", "wandb", "datasets",
@@ -118,6 +118,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     check_engine(cfg)
     t0 = time.time()
     method = get_method(cfg.method.name)
+    resume = resume_mode(cfg.trainer.resume)
+    done = finished_summary(_run_dir(cfg), cfg) if resume == "auto" else None
+    if done is not None:  # a sweep launched again, a requeued job that had finished: nothing to redo
+        print(f"[agon] skipped: {_run_dir(cfg)} already holds this run's summary.json (trainer.resume=never trains "
+              f"it again)")
+        return done
     ranks = Ranks.from_env(cfg.model.device)
     run_dir = Path(ranks.share(str(_run_dir(cfg))))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -126,13 +132,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trainer, exit_code = None, 1
     try:
         trainer = build_trainer(cfg, run_dir, recorder, ranks, log=print if ranks.is_main else _quiet)
-        if cfg.trainer.resume and trainer.resume_latest():
+        if resume == "auto" and trainer.resume_latest():
             start = _start_metrics(run_dir)
         else:
             start = trainer.evaluate("start").metrics if cfg.eval.at_start else {}
         trains = method.trains and cfg.method.train
         if trains:
-            trainer.train(progress=cfg.progress and ranks.is_main)
+            trainer.train(progress=cfg.progress and ranks.is_main, on_eval=_trial_reporter(cfg, ranks))
         final = trainer.evaluate("final").metrics
         if ranks.is_main:
             trainer.policies.save_adapters(run_dir / run_files.ADAPTERS)
@@ -170,6 +176,59 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _trial_reporter(cfg: DictConfig, ranks: Ranks) -> Any:
+    """For a cell that is an Optuna trial (``tune.trial``, set by agon.tune's sweeper): report each evaluation to
+    its study, and stop the run on every rank when the pruner says so. None otherwise."""
+    if cfg.tune.trial is None:
+        return None
+    from agon.tune import TrialReporter
+
+    reporter = TrialReporter.from_config(cfg) if ranks.is_main else None
+
+    def report(result: Any, step: int) -> None:
+        import optuna
+
+        pruned = None
+        if reporter is not None:
+            try:
+                reporter.report(result.metrics["eval/accuracy"], step)
+            except optuna.TrialPruned as exc:
+                pruned = str(exc)
+        pruned = ranks.share(pruned)
+        if pruned:
+            raise optuna.TrialPruned(pruned)
+
+    return report
+
+
+# keys that say where and how a run is shown, not what it computes: a finished run is the same run without them
+PRESENTATION_KEYS = ("output_dir", "progress", "logger", "trainer.resume")
+
+
+def finished_summary(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
+    """The summary.json of this configuration's finished run in ``run_dir``, or None when it has none or when only
+    ``trainer.max_steps`` changed (a finished run extended: it resumes from its last checkpoint); a ConfigError
+    when the directory holds the finished run of another configuration."""
+    path = run_dir / run_files.SUMMARY
+    if not path.exists():
+        return None
+    summary = run_files.read_json(path)
+
+    def comparable(config: dict[str, Any]) -> dict[str, Any]:
+        flat = run_files.flatten(config)
+        return {k: v for k, v in flat.items() if not any(k == p or k.startswith(p + ".") for p in PRESENTATION_KEYS)}
+
+    ours, theirs = comparable(to_plain(cfg)), comparable(summary.get("config", {}))
+    differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+    if differ == ["trainer.max_steps"]:
+        return None
+    if differ:
+        raise ConfigError(f"{run_dir} already holds a finished run of another configuration ({', '.join(differ[:8])}"
+                          f"{' ...' if len(differ) > 8 else ''} differ): choose another output directory, or pass "
+                          f"trainer.resume=never to train into it again")
+    return summary
 
 
 def _quiet(*_: Any) -> None:

@@ -31,6 +31,8 @@ SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
 ADAPTERS = "adapters"
 CHECKPOINTS = "checkpoints"
+# the W&B run's id, so that a resumed run logs into the same W&B run
+WANDB_RUN_ID = "wandb_run_id"
 REEVAL = "reeval"
 CONFIG = os.path.join(".hydra", "config.yaml")
 OVERRIDES = os.path.join(".hydra", "overrides.yaml")
@@ -38,6 +40,16 @@ OVERRIDES = os.path.join(".hydra", "overrides.yaml")
 MARKERS = (SUMMARY, METRICS, CONFIG)
 # written by Hydra when a multirun starts, at the sweep's root
 SWEEP_MARKER = "multirun.yaml"
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as {"a.b.c": leaf}, the dotted keys of a config."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree} if prefix else {}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out |= flatten(value, f"{prefix}.{key}" if prefix else str(key))
+    return out
 
 
 def jsonable(value: Any) -> Any:

@@ -45,6 +45,10 @@ from agon.role_batch import RoleBatch, role_batches
 from agon.rollout import Game, play_split
 from agon.tasks import Problem, Task
 
+# the step whose checkpoint write stops half-way, between the adapters and the optimizer state (fault-injection
+# tests only: they SIGKILL the run there)
+PAUSE_IN_CHECKPOINT = "AGON_TEST_PAUSE_IN_CHECKPOINT"
+
 
 class TrainingError(RuntimeError):
     """The run cannot go on (too many non-finite steps in a row, ranks that no longer agree)."""
@@ -83,6 +87,7 @@ class Trainer:
         self.sampling = Sampling.from_config(self.t)
         # what samples the rollouts and evaluations (generation.engine): closed by whoever ends the run
         self.engine = engine or build_engine(cfg, policies, ranks, log)
+        self._last_checkpoint = time.time()
         self.watch = LearningWatch(self.t.warn_after_steps, self.t.warn_zero_std_ratio, self.t.warn_truncated_ratio,
                                    self.t.max_new_tokens, self.t.num_generations, cfg.task.name)
 
@@ -299,7 +304,8 @@ class Trainer:
                  "challenge_correct": r.challenge.verdict.correct if r.challenge else None}
                 for r in game.rounds[:: game.group_size][:n]]
 
-    def train(self, progress: bool = True) -> None:
+    def train(self, progress: bool = True, on_eval: Callable[[EvalResult, int], None] | None = None) -> None:
+        """Steps until ``max_steps``; ``on_eval`` sees every evaluation during training (an Optuna trial's report)."""
         from tqdm.auto import tqdm
 
         bar = tqdm(total=self.t.max_steps, initial=self.state.step, disable=not progress, desc="train",
@@ -316,12 +322,21 @@ class Trainer:
                             tok_s=f"{m['time/tokens_per_s']:.0f}", **({"warn": ",".join(warned)} if warned else {}))
             every = self.cfg.eval.every
             if every and self.state.step % every == 0 and self.state.step < self.t.max_steps:
-                self.evaluate("train")
-            if self.t.checkpoint_every and self.state.step % self.t.checkpoint_every == 0:
+                result = self.evaluate("train")
+                if on_eval is not None:
+                    on_eval(result, self.state.step)
+            if self._checkpoint_due():
                 self.save_checkpoint()
         bar.close()
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
+
+    def _checkpoint_due(self) -> bool:
+        """Every ``checkpoint_every`` steps, and once ``checkpoint_minutes`` passed since the last checkpoint (rank
+        0's clock decides, so every rank takes part in the same checkpoints)."""
+        every, minutes = self.t.checkpoint_every, self.t.checkpoint_minutes
+        late = bool(minutes) and time.time() - self._last_checkpoint >= 60 * minutes
+        return bool(every and self.state.step % every == 0) or bool(self.ranks.share(late))
 
     def adapter_digests(self) -> list[str]:
         """The sha256 of every rank's adapter weights, in rank order; raises when they differ (the ranks' updates
@@ -349,6 +364,8 @@ class Trainer:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             self.policies.save_adapters(tmp)
+            if os.environ.get(PAUSE_IN_CHECKPOINT) == str(self.state.step):  # fault injection: SIGKILLed in here
+                time.sleep(600)
             torch.save({
                 "state": asdict(self.state),
                 "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
@@ -363,11 +380,17 @@ class Trainer:
             for old in kept[: -self.t.keep_checkpoints]:
                 shutil.rmtree(old, ignore_errors=True)
         self.ranks.barrier()  # nobody reads a checkpoint before it is committed
+        self._last_checkpoint = time.time()
         return final
 
     def resume_latest(self) -> bool:
         """Restore ``checkpoints/latest`` of the run directory if there is one; True when it did."""
-        latest = self.run_dir / "checkpoints" / "latest"
+        root = self.run_dir / "checkpoints"
+        if self.ranks.is_main:  # a write that a kill interrupted: never committed, so never read; removed
+            for partial in [*root.glob(".tmp-step_*"), root / ".latest.tmp"]:
+                shutil.rmtree(partial, ignore_errors=True) if partial.is_dir() else partial.unlink(missing_ok=True)
+        self.ranks.barrier()
+        latest = root / "latest"
         if not latest.exists():
             return False
         name = latest.read_text().strip()

@@ -22,8 +22,10 @@ cells of the same process go offline at once; an offline start that fails raises
 warns and logs locally only. Several runs in one process (Hydra's basic launcher) each get their own run
 (``reinit="create_new"``), and each is finished with its exit code, a failed cell's too.
 
-Left out on purpose: resuming a W&B run by id (a resumed run directory starts a new W&B run in the same group)
-and uploading checkpoints as artifacts.
+A run directory keeps its W&B run id (``wandb_run_id``), so a resumed run (the same command again, a requeued
+SLURM job) continues the same W&B run (``resume="allow"``); its steps after the checkpoint are logged again.
+
+Left out on purpose: uploading checkpoints as artifacts.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import logging
 import netrc
 import os
 import re
+import uuid
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -215,9 +218,16 @@ class WandbLogger(Logger):
 
 
 def _init(cfg: DictConfig, run_dir: Path, mode: str | None) -> Any:
+    from agon.run_files import WANDB_RUN_ID, write_text_atomic
+
     group, name = run_names(cfg, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    id_file = run_dir / WANDB_RUN_ID
+    run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]
+    write_text_atomic(id_file, run_id)
     return wandb.init(
+        id=run_id,
+        resume="allow",
         project=cfg.logger.project,
         entity=cfg.logger.entity,
         group=group,

@@ -1,0 +1,1 @@
+"""agon's Hydra plugins: the Optuna sweeper (``optuna_sweeper.OptunaSweeper``)."""

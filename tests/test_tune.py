@@ -1,0 +1,144 @@
+"""Optuna studies through agon's Hydra sweeper (``hydra/sweeper=optuna``): search spaces, a study killed and
+launched again, two workers on one storage, failing trials, bad keys, and every sweep file composing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from agon.config import ConfigError
+from agon.tune import distribution
+from tests.test_resume import FAST, ROOT, agon, finish
+
+SWEEPS = ROOT / "sweeps"
+STUDY = ["--config-dir", str(SWEEPS), "--config-name", "tune_reward", *FAST, "trainer.max_steps=2",
+         "eval.every=1", "hydra.sweeper.n_jobs=1"]
+COMPLETE, RUNNING, FAIL = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING,
+                           optuna.trial.TrialState.FAIL)
+
+
+def load(storage: str) -> optuna.Study:
+    from agon.tune import _storage
+
+    return optuna.load_study(study_name="run", storage=_storage(storage))
+
+
+def test_search_space_entries():
+    assert distribution("a", "float(0.0, 2.0)") == optuna.distributions.FloatDistribution(0.0, 2.0)
+    assert distribution("a", "float(1e-4, 1e-2, log)").log
+    assert distribution("a", "int(1, 8)") == optuna.distributions.IntDistribution(1, 8)
+    assert distribution("a", "choice(grpo, dapo, 3)").choices == ("grpo", "dapo", 3)
+    with pytest.raises(ConfigError, match="hydra.sweeper.params.a='uniform"):
+        distribution("a", "uniform(0, 1)")
+
+
+def test_a_study_killed_during_its_second_trial_and_launched_again_ends_with_three_trials_the_first_kept(
+        agon_cache, tmp_path):
+    sweep = tmp_path / "study"
+    command = STUDY + ["hydra.sweeper.n_trials=3", f"hydra.sweeper.storage=sqlite:///{sweep}/optuna.db",
+                       f"hydra.sweep.dir={sweep}"]
+    storage = f"sqlite:///{sweep}/optuna.db"
+    proc = agon(command, agon_cache)
+    deadline = time.monotonic() + 300
+    while next(sweep.glob("1_*"), None) is None:  # the second trial's cell has started
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-2000:]
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    first, second = load(storage).get_trials()[:2]
+    assert (first.state, second.state) == (COMPLETE, RUNNING)
+    finish(agon(command, agon_cache), timeout=600)
+    trials = load(storage).get_trials()
+    complete = [t for t in trials if t.state == COMPLETE]
+    assert len(complete) == 3
+    assert (trials[0].state, trials[0].value, trials[0].params, trials[0].datetime_complete) == (
+        COMPLETE, first.value, first.params, first.datetime_complete)  # kept, not run again
+    assert trials[1].state == FAIL  # abandoned by the killed worker
+    assert all(t.intermediate_values for t in complete)  # every evaluation during training was reported
+    best = (sweep / "optuna" / "best.yaml").read_text()
+    assert f"value: {max(t.value for t in complete)}" in best
+    assert (sweep / "optuna" / "importance.png").exists()
+
+
+def test_two_workers_on_one_storage_run_disjoint_trials(agon_cache, tmp_path):
+    journal = tmp_path / "journal.log"
+    procs = [agon(STUDY + ["hydra.sweeper.n_trials=4", f"hydra.sweeper.storage=journal:{journal}",
+                           f"hydra.sweep.dir={tmp_path / f'worker{i}'}"], agon_cache) for i in range(2)]
+    for p in procs:
+        finish(p, timeout=600)
+    trials = load(f"journal:{journal}").get_trials()
+    by_worker: dict[str, set[int]] = {}
+    for t in trials:
+        by_worker.setdefault(t.user_attrs["worker"], set()).add(t.number)
+    assert len(by_worker) == 2 and not set.intersection(*by_worker.values())
+    assert len([t for t in trials if t.state == COMPLETE]) >= 4
+
+
+def test_a_trial_that_raises_is_recorded_as_failed_and_the_study_goes_on(agon_cache, tmp_path):
+    """choice() over the loss type includes one that does not exist: its trials fail (validate raises), with the
+    error kept, and the study still ends with its complete trials."""
+    config = tmp_path / "study.yaml"
+    config.write_text("defaults:\n  - config\n  - override hydra/sweeper: optuna\n  - _self_\nhydra:\n"
+                      "  mode: MULTIRUN\n  sweeper:\n    n_trials: 2\n    params:\n"
+                      "      trainer.loss_type: choice(dapo, no_such_loss)\n      seed: int(0, 1000)\n")
+    sweep = tmp_path / "sweep"
+    finish(agon(["--config-dir", str(tmp_path), "--config-name", "study", *FAST, "trainer.max_steps=1",
+                 f"hydra.sweep.dir={sweep}"], agon_cache), timeout=600)
+    trials = load(f"sqlite:///{sweep}/optuna.db").get_trials()
+    failed = [t for t in trials if t.state == FAIL]
+    assert len([t for t in trials if t.state == COMPLETE]) == 2
+    assert failed and all("trainer.loss_type='no_such_loss'" in t.user_attrs["error"] for t in failed)
+
+
+def test_a_study_naming_a_key_that_does_not_exist_fails_before_any_trial(agon_cache, tmp_path):
+    config = tmp_path / "study.yaml"
+    config.write_text("defaults:\n  - config\n  - override hydra/sweeper: optuna\n  - _self_\nhydra:\n"
+                      "  mode: MULTIRUN\n  sweeper:\n    params:\n      reward.no_such_weight: float(0, 1)\n")
+    sweep = tmp_path / "sweep"
+    out = subprocess.run([sys.executable, "-m", "agon.run", "--config-dir", str(tmp_path), "--config-name", "study",
+                          *FAST, f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "AGON_CACHE": str(agon_cache), "WANDB_MODE": "disabled"})
+    assert out.returncode != 0 and "reward.no_such_weight" in out.stdout + out.stderr
+    assert not list(sweep.glob("*/metrics.jsonl")) and not (sweep / "optuna.db").exists()
+
+
+def test_a_grid_naming_a_key_that_does_not_exist_fails_before_any_cell(agon_cache, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "agon.run", "-m", *FAST, "reward.no_such_weight=0,1",
+                          f"hydra.sweep.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "AGON_CACHE": str(agon_cache), "WANDB_MODE": "disabled"})
+    assert out.returncode != 0 and "reward.no_such_weight" in out.stdout + out.stderr
+    assert not list(Path(tmp_path).glob("*/metrics.jsonl"))
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in SWEEPS.glob("*.yaml")))
+def test_every_sweep_file_composes_with_every_key_it_sweeps(name):
+    """Each file in sweeps/ composes as `--config-dir sweeps --config-name <file>` does, and a cell built from the
+    first value of each swept key composes too (a key that does not exist would fail here)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.types import RunMode
+
+    from agon.config import CONF_DIR
+
+    search = create_config_search_path(str(CONF_DIR))
+    search.prepend("command-line", f"file://{SWEEPS}")
+    loader = ConfigLoaderImpl(config_search_path=search)
+    cfg = loader.load_configuration(config_name=name, overrides=[], run_mode=RunMode.MULTIRUN)
+    params = cfg.hydra.sweeper.params or {}
+    assert params, f"{name} sweeps nothing"
+    first = []
+    for key, spec in params.items():
+        if cfg.hydra.sweeper._target_.endswith("OptunaSweeper"):
+            d = distribution(key, spec)
+            first.append(f"{key}={d.choices[0] if hasattr(d, 'choices') else d.low}")
+        else:
+            first.append(f"{key}={str(spec).split(',')[0]}")
+    cell = loader.load_sweep_config(cfg, first)
+    assert cell.seed is not None
