@@ -440,7 +440,7 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
-    cs.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConfig, provider="agon")
+    cs.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConfig)
     for group, entries in GROUP_SCHEMAS.items():
         for name, node in entries:
             cs.store(group=group, name=name, node=node)

@@ -209,8 +209,8 @@ PRESENTATION_KEYS = ("output_dir", "progress", "logger", "trainer.resume")
 
 def finished_summary(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
     """The summary.json of this configuration's finished run in ``run_dir``, or None when it has none or when only
-    ``trainer.max_steps`` changed (a finished run extended: it resumes from its last checkpoint); a ConfigError
-    when the directory holds the finished run of another configuration."""
+    ``trainer.max_steps`` or ``eval.*`` changed (a finished run extended, or evaluated again: it resumes from its
+    last checkpoint); a ConfigError when the directory holds the finished run of another configuration."""
     path = run_dir / run_files.SUMMARY
     if not path.exists():
         return None
@@ -222,7 +222,7 @@ def finished_summary(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
 
     ours, theirs = comparable(to_plain(cfg)), comparable(summary.get("config", {}))
     differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
-    if differ == ["trainer.max_steps"]:
+    if all(k == "trainer.max_steps" or k.startswith("eval.") for k in differ) and differ:
         return None
     if differ:
         raise ConfigError(f"{run_dir} already holds a finished run of another configuration ({', '.join(differ[:8])}"
