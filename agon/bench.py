@@ -404,6 +404,7 @@ def engines_side_by_side(rounds: int = 5, overrides: Sequence[str] = (), require
     from agon.config import compose_config
     from agon.engines import EngineError, HFEngine, Sampling, build_engine, vllm_placement
     from agon.policies import build_policies, load_base
+    from agon.role_batch import sampler_logps
     from agon.tasks import build_task
 
     cfg = compose_config(["logger=none", "generation.engine=vllm", *overrides])
@@ -441,9 +442,7 @@ def engines_side_by_side(rounds: int = 5, overrides: Sequence[str] = (), require
     with torch.no_grad(), policies.use_adapter(adapter):
         ours = policies.token_logps(batch, None, t.temperature)
     mask = batch.completion_mask.bool()
-    theirs = torch.zeros_like(ours)
-    for i, c in enumerate(served):
-        theirs[i, : c.n_tokens] = torch.tensor(c.logps)
+    theirs = sampler_logps([c.logps for c in served], ours.size(1))
     diff = (ours - theirs).abs()[mask]
     hf_s, vllm_s = _median(seconds["hf"], 1), _median(seconds["vllm"], 1)
     return {"rows": len(prompts), "max_new_tokens": t.max_new_tokens, "placement": placement, "hf_s": hf_s,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import importlib.util
 import os
 import shutil
@@ -118,6 +119,7 @@ def worker_python(vllm_cfg: Any) -> str:
     return str(vllm_cfg.python or os.environ.get("AGON_VLLM_PYTHON") or DEFAULT_WORKER_PYTHON)
 
 
+@functools.lru_cache(maxsize=None)
 def _has_vllm(python: str) -> bool:
     if not Path(python).exists():
         return False

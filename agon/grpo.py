@@ -273,12 +273,17 @@ def sampler_mismatch(old_logps: Tensor, sampler_logps: Tensor, mask: Tensor, wei
     return out
 
 
+def is_extreme(key: str) -> bool:
+    """A ``/max`` or ``/min`` statistic: combined by max or min, never summed."""
+    return key.endswith(("/max", "/min"))
+
+
 def merge_stats(into: dict[str, float], new: dict[str, float]) -> dict[str, float]:
     """``into`` updated with ``new``: ``/max`` and ``/min`` keys by max and min, every other key summed."""
     for key, value in new.items():
         if key not in into:
             into[key] = value
-        elif key.endswith("/max") or key.endswith("/min"):
+        elif is_extreme(key):
             into[key] = (max if key.endswith("/max") else min)(into[key], value)
         else:
             into[key] += value

@@ -79,11 +79,11 @@ def role_batches(policies: Policies, game: Game, rewards: Mapping[str, RoleRewar
             advantages=adv.advantages[rows], group_ids=group_ids[rows],
             batch_tokens=float(sum(a.completion.n_tokens for a in attempts)), batch_rows=len(attempts),
             frac_zero_std=float(adv.zero_std.float().mean()),
-            sampler_logps=_sampler_logps([a.completion.logps for a in mine], tokens.completion_ids.size(1))))
+            sampler_logps=sampler_logps([a.completion.logps for a in mine], tokens.completion_ids.size(1))))
     return out
 
 
-def _sampler_logps(rows: list[tuple[float, ...] | None], width: int) -> Tensor | None:
+def sampler_logps(rows: list[tuple[float, ...] | None], width: int) -> Tensor | None:
     """[b, width] float32, the engine's log-probs right-padded with 0; None unless every row has them."""
     if not rows or any(r is None for r in rows):
         return None

@@ -119,13 +119,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.time()
     method = get_method(cfg.method.name)
     resume = resume_mode(cfg.trainer.resume)
-    done = finished_summary(_run_dir(cfg), cfg) if resume == "auto" else None
+    out_dir = _run_dir(cfg)
+    done = finished_summary(out_dir, cfg) if resume == "auto" else None
     if done is not None:  # a sweep launched again, a requeued job that had finished: nothing to redo
-        print(f"[agon] skipped: {_run_dir(cfg)} already holds this run's summary.json (trainer.resume=never trains "
-              f"it again)")
+        print(f"[agon] skipped: {out_dir} already holds this run's summary.json (trainer.resume=never trains it "
+              f"again)")
         return done
     ranks = Ranks.from_env(cfg.model.device)
-    run_dir = Path(ranks.share(str(_run_dir(cfg))))
+    run_dir = Path(ranks.share(str(out_dir)))
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     recorder = Recorder(run_dir, build_logger(cfg, run_dir) if ranks.is_main else None, enabled=ranks.is_main)

@@ -35,7 +35,7 @@ import torch
 from agon.cascade import EvalResult, evaluate
 from agon.distributed import Ranks
 from agon.engines import Engine, Sampling, build_engine
-from agon.grpo import masked_mean, merge_stats, policy_loss, sampler_correction, sampler_mismatch
+from agon.grpo import is_extreme, masked_mean, merge_stats, policy_loss, sampler_correction, sampler_mismatch
 from agon.health import LearningWatch
 from agon.methods import get_method
 from agon.policies import Policies
@@ -193,10 +193,9 @@ class Trainer:
             for opt in self.optimizers.values():
                 opt.zero_grad(set_to_none=True)
             terms = {b.role: self.loss_backward(b) for b in batches}
-            extreme = {f"role/{role}/{k}": v for role, s in terms.items() for k, v in s.items()
-                       if k.endswith(("/max", "/min"))}
+            extreme = {f"role/{role}/{k}": v for role, s in terms.items() for k, v in s.items() if is_extreme(k)}
             keys = [(role, k) for role, s in terms.items() for k in s
-                    if (k != "kl" or t.beta != 0) and f"role/{role}/{k}" not in extreme]
+                    if (k != "kl" or t.beta != 0) and not is_extreme(k)]
             summed = torch.tensor([terms[role][k] for role, k in keys], dtype=torch.float64)
             self.ranks.sum_([summed])
             stats |= {f"role/{role}/{k}": float(v) for (role, k), v in zip(keys, summed)}

@@ -65,7 +65,7 @@ def _literal(text: str) -> Any:
     return yaml.safe_load(text)
 
 
-def _storage(url: str) -> Any:
+def storage_backend(url: str) -> Any:
     import optuna
 
     if url.startswith("journal:"):
@@ -82,7 +82,7 @@ class TrialReporter:
     def __init__(self, storage: str, study: str, trial: int):
         import optuna
 
-        self.study = optuna.load_study(study_name=study, storage=_storage(storage))
+        self.study = optuna.load_study(study_name=study, storage=storage_backend(storage))
         trial_id = next(t._trial_id for t in self.study.get_trials(deepcopy=False) if t.number == trial)
         self.trial = optuna.trial.Trial(self.study, trial_id)
 
@@ -99,5 +99,5 @@ class TrialReporter:
             raise optuna.TrialPruned(f"pruned at step {step} with eval/accuracy {value:.4f}")
 
 
-def _first_value(dist: Any) -> Any:
+def first_value(dist: Any) -> Any:
     return dist.choices[0] if hasattr(dist, "choices") else dist.low

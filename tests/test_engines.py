@@ -19,7 +19,7 @@ from agon.config import ConfigError
 from agon.engines import ENGINES, HFEngine, Sampling, build_engine
 from agon.policies import Completion, Policies
 from agon.recorder import Recorder
-from agon.role_batch import role_batches
+from agon.role_batch import role_batches, sampler_logps
 from agon.tasks import build_task
 from agon.trainer import Trainer
 from tests.conftest import SMALL_RUN, TEST_WORLD, compose_config
@@ -62,9 +62,7 @@ def _trainer_logps(policies: Policies, prompts, completions, adapter, temperatur
     batch = policies.batch_tensors(prompts, completions)
     with torch.no_grad(), policies.use_adapter(adapter):
         ours = policies.token_logps(batch, None, temperature)
-    theirs = torch.zeros_like(ours)
-    for i, c in enumerate(completions):
-        theirs[i, : c.n_tokens] = torch.tensor(c.logps)
+    theirs = sampler_logps([c.logps for c in completions], ours.size(1))
     return ours, theirs, batch.completion_mask.bool()
 
 

@@ -481,10 +481,10 @@ class LocalSandbox:
                  outer_rc: int | None, wall: float, timed_out: bool, over_cap: bool, cpu_over: bool) -> RunResult:
         stdout, stderr, truncated = out.text(), err.text(), out.truncated or err.truncated
         lines = chan.splitlines()
-        pids_note = ""
-        if group is not None and group.pids_limit_hits():
-            pids_note = f"; the process limit ({req.max_processes}) refused {group.pids_limit_hits()} forks"
-        oom = group is not None and group.oom_kills() > 0
+        refused = group.pids_limit_hits() if group is not None else 0
+        oom_kills = group.oom_kills() if group is not None else 0
+        pids_note = f"; the process limit ({req.max_processes}) refused {refused} forks" if refused else ""
+        oom = oom_kills > 0
         if over_cap:
             return RunResult("output_limit", None, stdout, stderr, True, wall,
                              f"wrote more than {req.max_output_bytes} bytes{pids_note}")
@@ -508,7 +508,7 @@ class LocalSandbox:
         rc = os.waitstatus_to_exitcode(status)
         if oom:  # the run went over its memory, whichever of its processes the kernel chose to end
             return RunResult("memory", rc, stdout, stderr, truncated, wall,
-                             f"the OOM killer ended {group.oom_kills()} of its processes: memory of the run > "
+                             f"the OOM killer ended {oom_kills} of its processes: memory of the run > "
                              f"{req.memory_mb} MB")
         if rc == 0:
             return RunResult("ok", 0, stdout, stderr, truncated, wall, pids_note.lstrip("; "))

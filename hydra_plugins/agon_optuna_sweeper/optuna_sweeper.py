@@ -12,7 +12,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 from agon.config import ConfigError
-from agon.tune import _first_value, _storage, distribution
+from agon.tune import distribution, first_value, storage_backend
 
 
 class OptunaSweeper(Sweeper):
@@ -39,7 +39,7 @@ class OptunaSweeper(Sweeper):
         self.storage = url
         startup, warmup = self.pruner_args
         return optuna.create_study(
-            study_name=self.study_name or str(self.config.hydra.job.name), storage=_storage(url),
+            study_name=self.study_name or str(self.config.hydra.job.name), storage=storage_backend(url),
             direction=self.direction, load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=self.seed),
             pruner=optuna.pruners.MedianPruner(n_startup_trials=startup, n_warmup_steps=warmup))
 
@@ -58,7 +58,7 @@ class OptunaSweeper(Sweeper):
         """Compose one trial's config before any runs: a key that does not exist fails here, named."""
         from hydra.errors import ConfigCompositionException
 
-        overrides = list(arguments) + [f"{k}={_first_value(d)}" for k, d in self.distributions.items()]
+        overrides = list(arguments) + [f"{k}={first_value(d)}" for k, d in self.distributions.items()]
         try:
             self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         except ConfigCompositionException as exc:
