@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 # run directory or multirun root for `make figures` (default: the newest multirun)
 RUNS ?=
+# where `make figures` writes (default: figures/)
+OUT ?=
 # vLLM's own environment (make vllm-install): on a machine without a GPU, vLLM's CPU build, which pins an older
 # transformers than agon's, so it runs as a worker process (generation.vllm.placement); with a GPU, vLLM itself
 VLLM_VENV ?= .venv-vllm
@@ -70,8 +72,8 @@ test-vllm: install vllm-install ## the vLLM engine's tests, against the .venv-vl
 sweep: install ## the paper's 2x2 grid: reward x exchange
 	$(PY) -m agon.run -m reward=competitive,cooperative exchange=visible,hidden $(ARGS)
 
-figures: install ## figures and tables from a sweep into figures/ (RUNS=<dir> to choose)
-	$(PY) -m analysis.figures $(if $(RUNS),--runs $(RUNS))
+figures: install ## figures and tables from a sweep into figures/ (RUNS=<dir>, OUT=<dir> to choose)
+	$(PY) -m analysis.figures $(if $(RUNS),--runs $(RUNS)) $(if $(OUT),--out $(OUT))
 
 mutation: install ## mutation testing: the named wiring bugs must each fail the tests (docs/testing.md)
 	$(PY) tools/mutation.py --named $(ARGS)

@@ -113,6 +113,10 @@ class ArithmeticTaskConfig(TaskConfig):
     max_operand: int = 9
     # number of distinct training problems drawn per epoch
     train_size: int = 100_000
+    # chain lengths the offline base is warm-started on, when they differ from the task's (the hard split: a base
+    # that learned short chains, trained and scored on longer ones); null: min_terms / max_terms
+    warm_start_min_terms: Optional[int] = None
+    warm_start_max_terms: Optional[int] = None
 
 
 @dataclass
@@ -124,6 +128,9 @@ class ReasoningGymTaskConfig(TaskConfig):
     train_size: int = 10_000
     # per-dataset keyword arguments used only when `name` matches a key; dataset_args overrides them
     dataset_defaults: dict = field(default_factory=dict)
+    # what the offline base (model=tiny) is warm-started on: "own" (this dataset's training items) or "arithmetic"
+    # (the built-in arithmetic world)
+    warm_start: str = "own"
 
 
 @dataclass
@@ -292,6 +299,10 @@ class EvalConfig:
     generation_batch_tokens: int = II("trainer.generation_batch_tokens")
     # evaluate before training (eval/accuracy_at_start)
     at_start: bool = True
+    # at every evaluation also the cross-play matrix and the recap diagnostic (agon.eval.diagnose; one process)
+    diagnostic: bool = False
+    # samples per problem in the diagnostic (it plays 3 drafts and 18 answers per sample)
+    diagnostic_samples: int = 1
 
 
 @dataclass
@@ -467,6 +478,7 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
 
 EXCHANGES = ("visible", "hidden")
 ROTATIONS = ("alternate", "fixed")
+WARM_STARTS = ("own", "arithmetic")
 INITS = ("divergent", "symmetric")
 SCALE_REWARDS = ("group", "batch", "none")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -483,6 +495,18 @@ def resume_mode(value: Any) -> str:
 def _one_of(key: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is not valid; choose one of {sorted(allowed)}")
+
+
+def _check_warm_start(task: Any) -> None:
+    if task.kind == "reasoning_gym":
+        _one_of("task.warm_start", task.warm_start, WARM_STARTS)
+    if task.kind != "arithmetic":
+        return
+    lo = task.warm_start_min_terms if task.warm_start_min_terms is not None else task.min_terms
+    hi = task.warm_start_max_terms if task.warm_start_max_terms is not None else task.max_terms
+    for key, a, b in (("task.min_terms", task.min_terms, task.max_terms), ("task.warm_start_min_terms", lo, hi)):
+        if not 2 <= a <= b:
+            raise ConfigError(f"{key}={a} must be at least 2 and at most the matching max_terms ({b})")
 
 
 def validate(cfg: DictConfig) -> None:
@@ -521,6 +545,7 @@ def validate(cfg: DictConfig) -> None:
         ("trainer.num_iterations", t.num_iterations),
         ("eval.n_problems", e.n_problems),
         ("eval.samples", e.samples),
+        ("eval.diagnostic_samples", e.diagnostic_samples),
         ("trainer.scoring_batch_tokens", t.scoring_batch_tokens),
         ("trainer.generation_batch_tokens", t.generation_batch_tokens),
         ("trainer.logit_chunk_tokens", t.logit_chunk_tokens),
@@ -545,6 +570,9 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("trainer.epsilon and trainer.epsilon_high must be > 0")
     if e.every < 0:
         raise ConfigError(f"eval.every={e.every} must be >= 0")
+    _check_warm_start(cfg.task)
+    if e.diagnostic and launched_world_size() > 1:
+        raise ConfigError("eval.diagnostic=true runs in one process; launch without accelerate or set it false")
     _one_of("trainer.resume", str(t.resume).lower(), RESUMES)
     world = launched_world_size()
     if t.prompts_per_step % world:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -42,20 +43,83 @@ def load_run_config(run_dir: Path, overrides: list[str]) -> Any:
     return cfg
 
 
-def crossplay(policies, task, cfg, problems, names: list[str | None], engine=None) -> dict[tuple[str, str], float]:
-    from agon.engines import Sampling
-    from agon.rollout import play
+RECAP_CONDITIONS = ("rival", "rival_right", "rival_wrong", "correct", "wrong", "none")
 
-    e = cfg.eval
-    sampling = Sampling.from_config(e)
-    matrix = {}
-    for drafter in names:
-        for answerer in names:
-            game = play(policies, task, cfg.model, problems, drafter=drafter, challenger=answerer,
-                        exchange=cfg.exchange.mode, group_size=e.samples, sampling=sampling, engine=engine)
-            correct = [r.challenge.verdict.correct for r in game.rounds]  # type: ignore[union-attr]
-            matrix[(drafter or "base", answerer or "base")] = sum(correct) / len(correct)
-    return matrix
+
+def _mean(flags: list[bool]) -> float:
+    return sum(flags) / len(flags) if flags else float("nan")
+
+
+def wrong_recaps(task, problems, rng: random.Random, tries: int = 10) -> list[str | None]:
+    """For each problem, the recap of a worked solution with one step wrong, or None where the task has no worked
+    solutions or every slip lands past the recap (a two-step chain recaps one step; the slip may hit the other)."""
+    out: list[str | None] = []
+    for p in problems:
+        right = task.worked_solution(p)
+        recap = None
+        for _ in range(tries if right is not None else 0):
+            candidate = task.recap(task.worked_solution(p, rng))
+            if candidate != task.recap(right):
+                recap = candidate
+                break
+        out.append(recap)
+    return out
+
+
+def diagnose(policies, task, cfg, problems, engine=None, samples: int | None = None) -> dict[str, float]:
+    """Cross-play and the recap diagnostic on ``problems`` x ``samples`` (default ``eval.diagnostic_samples``).
+
+    ``crossplay/<drafter>><answerer>``: the cascade accuracy of every pair among the adapters and the base, with
+    the run's exchange (under ``hidden`` the answerer never reads the draft). ``recap/<challenger>/<condition>``:
+    the challenger's accuracy on the visible challenge prompt given, per ``RECAP_CONDITIONS``, its rival's recap
+    (B's rival is A and A's is B; a single adapter reads its own, the base reads A's; ``rival_right`` and
+    ``rival_wrong`` split those rounds by the draft), a correct worked solution's recap, one with a step wrong, or
+    an empty recap. Conditions that cannot be formed (no worked solutions, no rival draft of that kind) are NaN;
+    ``recap/n_wrong`` counts the problems that got a wrong recap. Drafts are sampled once per drafter and shared by
+    every answerer.
+    """
+    from agon.engines import HFEngine, Sampling
+    from agon.rollout import render, sample_attempts
+
+    engine = engine or HFEngine(policies)
+    sampling = Sampling.from_config(cfg.eval)
+    rows = [p for p in problems for _ in range(samples or cfg.eval.diagnostic_samples)]
+    names: list[str | None] = [*policies.adapters, None]
+    plain = [render(policies, task, cfg.model, task.user_message(p)) for p in rows]
+
+    def answers(adapter: str | None, recaps: list[str], rows=rows, visible: bool = True) -> list[bool]:
+        prompts = [render(policies, task, cfg.model, task.challenge_message(p, r)) for p, r in zip(rows, recaps)] \
+            if visible else plain
+        return [a.verdict.correct for a in sample_attempts(engine, task, adapter, rows, prompts, sampling)]
+
+    drafts = {d: sample_attempts(engine, task, d, rows, plain, sampling) for d in names}
+    recaps = {d: [task.recap(a.completion.text) for a in drafts[d]] for d in names}
+    visible = cfg.exchange.mode == "visible"
+    out: dict[str, float] = {}
+    played: dict[tuple, list[bool]] = {}
+    for d in names:
+        for a in names:
+            played[d, a] = answers(a, recaps[d], visible=visible)
+            out[f"crossplay/{d or 'base'}>{a or 'base'}"] = _mean(played[d, a])
+    worked = [task.worked_solution(p) for p in rows]
+    correct = [task.recap(w) for w in worked] if all(w is not None for w in worked) else None
+    wrong = wrong_recaps(task, rows, random.Random(cfg.seed))
+    wrong_rows = [i for i, r in enumerate(wrong) if r is not None]
+    out["recap/n_wrong"] = float(len(wrong_rows))
+    for c in names:
+        others = [x for x in policies.adapters if x != c] or list(policies.adapters[:1]) or [None]
+        rival = others[0]  # the other adapter; a single adapter reads its own recap; the base reads A's
+        got = played[rival, c] if visible else answers(c, recaps[rival])
+        right = [a.verdict.correct for a in drafts[rival]]
+        key = f"recap/{c or 'base'}"
+        out[f"{key}/rival"] = _mean(got)
+        out[f"{key}/rival_right"] = _mean([g for g, r in zip(got, right) if r])
+        out[f"{key}/rival_wrong"] = _mean([g for g, r in zip(got, right) if not r])
+        out[f"{key}/correct"] = _mean(answers(c, correct)) if correct is not None else float("nan")
+        out[f"{key}/wrong"] = _mean(answers(c, [wrong[i] for i in wrong_rows], [rows[i] for i in wrong_rows])) \
+            if wrong_rows else float("nan")
+        out[f"{key}/none"] = _mean(answers(c, [""] * len(rows)))
+    return out
 
 
 def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
@@ -76,7 +140,7 @@ def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
         engine = build_engine(cfg, policies)
         problems = list(task.heldout_problems())[: cfg.eval.n_problems]
         result = evaluate(policies, task, cfg, problems, step=-1, phase="reeval", engine=engine)
-        matrix = crossplay(policies, task, cfg, problems, [*policies.adapters, None], engine)
+        diagnostic = diagnose(policies, task, cfg, problems, engine, samples=cfg.eval.samples)
     finally:
         task.close()
         if engine is not None:
@@ -86,13 +150,14 @@ def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     rows = JsonlFile(out / run_files.EVAL)
     rows.write(result.rows)
     rows.close()
+    matrix = {tuple(k.split("/", 1)[1].split(">")): v for k, v in diagnostic.items() if k.startswith("crossplay/")}
     names = sorted({d for d, _ in matrix}, key=lambda n: (n == "base", n))
     with open(out / "crossplay.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["drafter \\ answerer", *names])
         for d in names:
             writer.writerow([d, *(f"{matrix[(d, a)]:.4f}" for a in names)])
-    summary = {**result.metrics, "crossplay": {f"{d}>{a}": v for (d, a), v in matrix.items()},
+    summary = {**result.metrics, **diagnostic, "crossplay": {f"{d}>{a}": v for (d, a), v in matrix.items()},
                "time/total_s": time.time() - t0, "config": to_plain(cfg)}
     write_json_atomic(out / run_files.SUMMARY, summary)
     print(f"[agon.eval] {run_dir}: eval/accuracy {summary['eval/accuracy']:.3f} on {len(problems)} problems x "

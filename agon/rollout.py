@@ -87,7 +87,7 @@ class Game:
                        correct(challenges), tokens(challenges), fmt(challenges))
 
 
-def _attempts(engine: Engine, task: Task, adapter: str | None, problems: Sequence[Problem],
+def sample_attempts(engine: Engine, task: Task, adapter: str | None, problems: Sequence[Problem],
               prompts: Sequence[str], sampling: Sampling) -> list[Attempt]:
     completions = engine.sample(prompts, adapter, sampling)
     verdicts = task.verify(problems, [c.text for c in completions])
@@ -119,7 +119,7 @@ def play(
     engine = engine or HFEngine(policies)
     rows = [p for p in problems for _ in range(group_size)]
     plain = [render(policies, task, model_cfg, task.user_message(p)) for p in rows]
-    drafts = _attempts(engine, task, drafter, rows, plain, sampling)
+    drafts = sample_attempts(engine, task, drafter, rows, plain, sampling)
     recaps = [task.recap(d.completion.text) for d in drafts]
     if challenger is False:
         return Game([Round(p, d, r) for p, d, r in zip(rows, drafts, recaps)], drafter, None, group_size)
@@ -127,7 +127,7 @@ def play(
         prompts = [render(policies, task, model_cfg, task.challenge_message(p, r)) for p, r in zip(rows, recaps)]
     else:
         prompts = plain
-    challenges = _attempts(engine, task, challenger, rows, prompts, sampling)  # type: ignore[arg-type]
+    challenges = sample_attempts(engine, task, challenger, rows, prompts, sampling)  # type: ignore[arg-type]
     rounds = [Round(p, d, r, c) for p, d, r, c in zip(rows, drafts, recaps, challenges)]
     return Game(rounds, drafter, challenger, group_size)  # type: ignore[arg-type]
 

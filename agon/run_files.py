@@ -10,11 +10,13 @@
     .hydra/config.yaml    the composed config (Hydra writes it); ``.hydra/overrides.yaml`` the command line's overrides
 
 Names of the metrics are listed in docs/metrics.md. Readers skip what a crash can leave behind: a torn last JSONL
-line, an unparsable or missing file (an empty result, never an exception).
+line, an unparsable or missing file (an empty result, never an exception). A JSONL file may also be stored
+gzip-compressed beside its name (``metrics.jsonl.gz``: results kept in the repository, ``analysis.pack``).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -37,7 +39,7 @@ REEVAL = "reeval"
 CONFIG = os.path.join(".hydra", "config.yaml")
 OVERRIDES = os.path.join(".hydra", "overrides.yaml")
 # a directory holding any of these is a run directory
-MARKERS = (SUMMARY, METRICS, CONFIG)
+MARKERS = (SUMMARY, METRICS, METRICS + ".gz", CONFIG)
 # written by Hydra when a multirun starts, at the sweep's root
 SWEEP_MARKER = "multirun.yaml"
 
@@ -66,12 +68,18 @@ def jsonable(value: Any) -> Any:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of a JSONL file (a torn last line from a crash is skipped)."""
+    """Every complete line of a JSONL file, or of ``<path>.gz`` when only that exists (a torn last line from a
+    crash is skipped)."""
     path = Path(path)
-    if not path.exists():
+    packed = path.with_name(path.name + ".gz")
+    if path.exists():
+        text = path.read_text()
+    elif packed.exists():
+        text = gzip.decompress(packed.read_bytes()).decode()
+    else:
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:

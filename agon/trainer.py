@@ -287,6 +287,10 @@ class Trainer:
         result = evaluate(self.policies, self.task, self.cfg, self.heldout, self.state.step, phase, self.ranks,
                           self.engine)
         self.recorder.log_eval_rows(result.rows)
+        if self.cfg.eval.diagnostic:
+            from agon.eval import diagnose
+
+            result.metrics.update(diagnose(self.policies, self.task, self.cfg, self.heldout, self.engine))
         self.recorder.log_metrics({k: v for k, v in result.metrics.items() if not isinstance(v, list)},
                                   self.state.step)
         game = next(iter(result.games.values()))

@@ -2,9 +2,12 @@
 
 No machine here reaches a model hub, so the default run builds its own base model: ``Qwen3ForCausalLM`` from a
 ``Qwen3Config``, a character-level tokenizer built with the ``tokenizers`` library (printable ASCII plus Qwen3's
-special tokens and a compact chat template), warm-started by supervised training on worked arithmetic solutions
-until it is imperfect but competent, then saved with ``save_pretrained``. Runs load it back through the same
-``from_pretrained`` path a hub model takes.
+special tokens and a compact chat template), warm-started by supervised training on worked solutions until it is
+imperfect but competent, then saved with ``save_pretrained``. The worked solutions come from the task
+(``Task.worked_solution``): the built-in arithmetic by default, whatever task the run has (its chain lengths may
+differ: ``task.warm_start_{min,max}_terms``, the hard split), or a reasoning-gym dataset's own training items
+(``task=reasoning_gym``, ``task.warm_start=own``), so any such dataset is a run that can learn offline. Runs load
+it back through the same ``from_pretrained`` path a hub model takes.
 
 The warm start also trains the challenge format (problem, separator, a rival's recap), with recaps that are sometimes
 wrong, so the challenger's prompt is in distribution from step 0 and trusting a recap blindly is not free.
@@ -100,18 +103,16 @@ def build_model(tiny: Any, vocab_size: int, seed: int = 0):
 
 def _warm_start_texts(task, pool, n: int, rng: random.Random, tokenizer) -> list[tuple[str, str]]:
     """(prompt, completion) pairs: half plain problems, half challenges with a rival's recap (30% of them wrong)."""
-    from agon.tasks.arithmetic import worked_solution
-
     out = []
     for _ in range(n):
         problem = pool[rng.randrange(len(pool))]
         message = task.user_message(problem)
         if rng.random() < 0.5:
-            rival = worked_solution(problem.question, rng if rng.random() < 0.3 else None)
+            rival = task.worked_solution(problem, rng if rng.random() < 0.3 else None)
             message = task.challenge_message(problem, task.recap(rival))
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
                                                add_generation_prompt=True)
-        out.append((prompt, worked_solution(problem.question) + tokenizer.eos_token))
+        out.append((prompt, task.worked_solution(problem) + tokenizer.eos_token))
     return out
 
 
@@ -123,7 +124,10 @@ def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[st
     from agon.tasks import build_task
 
     task = build_task(task_cfg)
-    pool = task.train_problems()
+    pool = [p for p in task.train_problems() if task.worked_solution(p) is not None]
+    if not pool:
+        raise ValueError(f"task {task_cfg.name!r} has no worked solutions to warm-start the offline model on")
+    _check_characters(task, pool, tokenizer)
     rng = random.Random(tiny.warmup_seed)
     torch.manual_seed(tiny.warmup_seed)
     opt = torch.optim.AdamW(model.parameters(), lr=tiny.warmup_lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -166,24 +170,55 @@ def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[st
 # cache
 
 
+ARITHMETIC_KEYS = ("min_terms", "max_terms", "max_operand", "split_seed", "heldout_size", "challenge_template",
+                  "instruction")
+REASONING_GYM_KEYS = ("name", "train_size", "split_seed", "heldout_size", "challenge_template", "instruction",
+                      "system_prompt")
+
+
 def world_key(model_cfg: Any, task_cfg: Any) -> str:
-    """Hash of everything that shapes the warm-started model."""
+    """Hash of everything that shapes the warm-started model (``task_cfg`` as ``world_task_cfg`` gives it)."""
     tiny = OmegaConf.to_container(model_cfg.tiny, resolve=True) if isinstance(model_cfg.tiny, DictConfig) else dict(
         vars(model_cfg.tiny))
-    task = {k: task_cfg[k] for k in ("min_terms", "max_terms", "max_operand", "split_seed", "heldout_size",
-                                     "challenge_template", "instruction")}
-    blob = json.dumps({"v": WORLD_VERSION, "tiny": tiny, "task": task}, sort_keys=True)
+    if task_cfg.kind == "arithmetic":  # the key of every world built before other families had worlds of their own
+        task = {k: task_cfg[k] for k in ARITHMETIC_KEYS}
+    else:
+        from agon.tasks.reasoning_gym import dataset_kwargs
+
+        task = {"kind": task_cfg.kind, **{k: task_cfg[k] for k in REASONING_GYM_KEYS},
+                "dataset": dataset_kwargs(task_cfg)}
+    blob = json.dumps({"v": WORLD_VERSION, "tiny": tiny, "task": task}, sort_keys=True, default=list)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _arithmetic_cfg(task_cfg: Any) -> Any:
-    """The warm start always uses the arithmetic task (the world's native task), with the run's knobs if it is one."""
+def world_task_cfg(task_cfg: Any) -> Any:
+    """The task the offline base is warm-started on: a reasoning-gym dataset's own items (``task.warm_start=own``),
+    else the built-in arithmetic with the run's knobs if the run is arithmetic, its chain lengths replaced by
+    ``task.warm_start_{min,max}_terms`` where set (the hard split shares the default world)."""
     from agon.config import ArithmeticTaskConfig
 
+    if task_cfg is not None and task_cfg.kind == "reasoning_gym" and task_cfg.warm_start == "own":
+        return task_cfg
     base = OmegaConf.structured(ArithmeticTaskConfig)
-    if task_cfg is not None and task_cfg.kind == "arithmetic":
-        return OmegaConf.merge(base, task_cfg)
-    return base
+    if task_cfg is None or task_cfg.kind != "arithmetic":
+        return base
+    cfg = OmegaConf.merge(base, task_cfg)
+    for end in ("min", "max"):
+        if cfg[f"warm_start_{end}_terms"] is not None:
+            cfg[f"{end}_terms"] = cfg[f"warm_start_{end}_terms"]
+            cfg[f"warm_start_{end}_terms"] = None
+    return cfg
+
+
+def _check_characters(task, pool, tokenizer) -> None:
+    """The character tokenizer maps anything outside printable ASCII to one unknown token: say so, naming it."""
+    known = set(tokenizer.get_vocab())
+    for problem in pool[:200]:
+        for text in (task.user_message(problem), task.worked_solution(problem)):
+            odd = sorted({c for c in text if c not in known})
+            if odd:
+                raise ValueError(f"task {task.cfg.name!r}: problem {problem.id} holds characters the offline world's "
+                                 f"tokenizer does not have ({''.join(odd)!r}); the tiny model reads printable ASCII")
 
 
 def build_once(final: Path, build: Callable[[Path], None], marker: str, log=print, what: str = "") -> Path:
@@ -215,7 +250,7 @@ def build_once(final: Path, build: Callable[[Path], None], marker: str, log=prin
 
 def ensure_world(model_cfg: Any, task_cfg: Any = None, log=print) -> Path:
     """Directory of the warm-started tiny model, building it on first use. Safe under concurrent callers."""
-    task_cfg = _arithmetic_cfg(task_cfg)
+    task_cfg = world_task_cfg(task_cfg)
     final = cache_root() / f"tiny-{world_key(model_cfg, task_cfg)}"
 
     def build(tmp: Path) -> None:

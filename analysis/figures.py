@@ -6,11 +6,13 @@
 
 Writes, each as PNG and PDF:
     accuracy_grid          the 2x2 grid (reward x exchange) of final-stage pass@1, and every cell with the
-                           baselines as bars: per-seed points, 95% bootstrap interval (over seeds where a cell has
-                           several, else over problems), accuracy before training as a tick
+                           baselines as bars: per-seed points, 95% interval (Student's t over seeds where a cell
+                           has several, else a bootstrap over problems), accuracy before training as a tick
     trace_length           final-stage trace length per cell (tokens)
     training_curves        training accuracy and final-stage trace length over steps, one line per cell
     conversion_regression  conversion P(final right | draft wrong) and regression P(final wrong | draft right)
+    recap_diagnostic       the challenger's accuracy given its rival's recap, a correct one, a wrong one and none
+                           (``eval.diagnostic``), at the first and the last evaluation; only when runs logged it
 and ``table.csv``, ``table.md``, ``table.tex`` (analysis.tables.write_tables). Output is deterministic: seeded
 bootstrap, no timestamps in the PDFs.
 """
@@ -194,7 +196,7 @@ def accuracy_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
     grid_ax.grid(False)
     for side in ("top", "right", "left", "bottom"):
         grid_ax.spines[side].set_visible(False)
-    grid_ax.set_title("2x2 grid: pass@1, 95% bootstrap CI,\nchange since start (Δ), seeds (n)")
+    grid_ax.set_title("2x2 grid: pass@1, 95% CI,\nchange since start (Δ), seeds (n)")
     fig.colorbar(image, ax=grid_ax, shrink=0.6, label="pass@1 (%)")
 
     # every cell, baselines included
@@ -219,7 +221,7 @@ def accuracy_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
     bar_ax.legend(
         handles=[
             Line2D([], [], marker="o", linestyle="", color="black", markersize=4, label="one seed"),
-            Line2D([], [], color="black", marker="_", markersize=8, label="95% bootstrap CI"),
+            Line2D([], [], color="black", marker="_", markersize=8, label="95% CI (t over seeds)"),
             Line2D([], [], color="0.25", linestyle=(0, (2, 1.5)), label="before training"),
             *[
                 Patch(facecolor=color, label=f"{reward} reward")
@@ -256,7 +258,7 @@ def trace_length_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
     ax.set_ylabel("final-stage completion length (tokens)")
     ax.set_title(
         f"Final-stage trace length after training ({_setting(data)})\n"
-        "bars: mean over seeds · points: seeds · error bars: 95% bootstrap CI",
+        "bars: mean over seeds · points: seeds · error bars: 95% CI",
         fontsize=10,
     )
     return fig
@@ -373,7 +375,7 @@ def conversion_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
     ax.set_ylim(0, min(100.0, max(10.0, ax.get_ylim()[1] * 1.25)))
     ax.set_title(
         f"Conversion and regression in the cascade ({_setting(data)})\n"
-        "points: seeds · error bars: 95% bootstrap CI over seeds (cells with several)",
+        "points: seeds · error bars: 95% t interval over seeds (cells with several)",
         fontsize=10,
     )
     ax.legend(
@@ -392,6 +394,60 @@ def conversion_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+RECAP_SHOWN = {"rival": "rival's recap", "correct": "correct recap", "wrong": "wrong recap", "none": "no recap"}
+RECAP_COLORS = ("#8172b3", "#55a868", "#c44e52", "#b0b0b0")
+
+
+def challengers(row: Any, steps: pd.DataFrame) -> list[str]:
+    """The adapters that answer in a cell's training: B alone under fixed roles, else every adapter it logged."""
+    logged = {c.split("/")[1] for c in steps.columns if c.startswith("recap/") and c.count("/") == 2}
+    logged = sorted(logged - {"base"})
+    return ["B"] if row.get("rotation") == "fixed" and "B" in logged else logged
+
+
+def recap_values(steps: pd.DataFrame, row: Any, condition: str, which: str) -> pd.Series:
+    """Per run, the challengers' mean accuracy under ``condition`` at the run's first or last diagnostic."""
+    rows = steps[steps["cell_key"] == row["cell_key"]]
+    columns = [f"recap/{a}/{condition}" for a in challengers(row, steps)]
+    columns = [c for c in columns if c in rows]
+    if not columns:
+        return pd.Series(dtype=float)
+    rows = rows.dropna(subset=columns, how="all")
+    out = {}
+    for run_id, run_rows in rows.groupby("run_id"):
+        at = run_rows["train/step"].min() if which == "first" else run_rows["train/step"].max()
+        out[run_id] = float(run_rows[run_rows["train/step"] == at][columns].mean(axis=1).mean())
+    return pd.Series(out, dtype=float)
+
+
+def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
+    """Grouped bars per cell: the recap conditions at the first and at the last evaluation; None without data."""
+    steps = data.steps
+    if steps.empty or not any(c.startswith("recap/") for c in steps.columns):
+        return None
+    shown = [r for _, r in table.iterrows() if not recap_values(steps, r, "none", "last").empty]
+    fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 2.2 * len(shown) + 2), 4.4), layout="constrained", sharey=True)
+    rng = np.random.default_rng(0)
+    width = 0.8 / len(RECAP_SHOWN)
+    for ax, which in zip(axes, ("first", "last")):
+        for x, row in enumerate(shown):
+            for k, (condition, color) in enumerate(zip(RECAP_SHOWN, RECAP_COLORS)):
+                values = recap_values(steps, row, condition, which).dropna() * 100
+                if values.empty:
+                    continue
+                at = x - 0.4 + width * (k + 0.5)
+                ax.bar(at, values.mean(), width=width, color=color, zorder=2)
+                jitter = rng.uniform(-width / 4, width / 4, len(values)) if len(values) > 1 else np.zeros(1)
+                ax.scatter(at + jitter, values, s=10, color="black", zorder=4, linewidths=0)
+        ax.set_xticks(range(len(shown)), [_tick(r) for r in shown], fontsize=8)
+        ax.set_title("first evaluation (before training)" if which == "first" else "last evaluation")
+    axes[0].set_ylabel("challenger's accuracy (%)")
+    axes[1].legend(handles=[Patch(facecolor=c, label=RECAP_SHOWN[k]) for k, c in zip(RECAP_SHOWN, RECAP_COLORS)],
+                   loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
+    fig.suptitle(f"What the challenger does with a recap ({_setting(data)}); bars: mean over seeds, points: seeds")
+    return fig
+
+
 def make_figures(data: Runs, out_dir: str | Path = "figures") -> list[Path]:
     """Every figure (PNG + PDF) and the table (CSV, Markdown, LaTeX) of ``data`` into ``out_dir``."""
     out = Path(out_dir)
@@ -404,6 +460,9 @@ def make_figures(data: Runs, out_dir: str | Path = "figures") -> list[Path]:
         paths += _save(trace_length_figure(data, shown), out, "trace_length")
         paths += _save(training_curves_figure(data, table), out, "training_curves")
         paths += _save(conversion_figure(data, shown), out, "conversion_regression")
+        recap = recap_figure(data, shown)
+        if recap is not None:
+            paths += _save(recap, out, "recap_diagnostic")
     paths += write_tables(data, out)
     return paths
 

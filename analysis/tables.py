@@ -2,7 +2,8 @@
 
 ``cells_table(runs)`` pools the complete runs of each cell (seeds) into one row: mean accuracy at start and at the
 end, their difference, conversion and regression rates and final-stage trace length. ``results_table`` adds a
-95% bootstrap interval of the accuracy (over seeds where a cell has several, else over problems of its one run)
+95% interval of the accuracy (Student's t over seeds where a cell has several, else a bootstrap over problems of
+its one run)
 and the paper's reported values where the cell matches one (``PAPER``, read from ``paper_results.yaml``, the
 data file that cites them). Fractions stay fractions in the frames; the text formats show percentages.
 """
@@ -115,6 +116,19 @@ def bootstrap_ci(values: Any, level: float = 0.95, n_resamples: int = 10_000, se
     return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
 
 
+def t_interval(values: Any, level: float = 0.95, bounds: tuple[float, float] = (0.0, 1.0)) -> tuple[float, float]:
+    """Student's t interval of the mean, clipped to ``bounds``; (nan, nan) for fewer than two values. The interval
+    over a handful of seeds: a bootstrap of 3 values never leaves their range, so it claims far more than 3 seeds
+    can show (at 3 seeds t is 4.30, not 1.96)."""
+    from scipy import stats
+
+    x = np.asarray([v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))], float)
+    if len(x) < 2:
+        return math.nan, math.nan
+    half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    return float(max(bounds[0], x.mean() - half)), float(min(bounds[1], x.mean() + half))
+
+
 def final_rows(evals: pd.DataFrame, run: Any) -> pd.DataFrame:
     """Final-stage eval rows of one run's last evaluation, in the orders its headline accuracy averages."""
     rows = evals[evals["run_id"] == run["run_id"]] if "run_id" in evals else evals.iloc[:0]
@@ -141,10 +155,11 @@ def per_problem(evals: pd.DataFrame, run: Any, column: str = "correct") -> pd.Se
 
 
 def cell_interval(runs: pd.DataFrame, evals: pd.DataFrame, metric: str, eval_column: str) -> tuple[float, float, str]:
-    """95% interval of a cell's ``metric``: over seeds if it has several runs, else over its run's problems."""
+    """95% interval of a cell's ``metric``: Student's t over seeds if it has several runs, else a bootstrap over its
+    run's problems."""
     values = runs[metric].dropna() if metric in runs else pd.Series(dtype=float)
-    if len(values) >= 2:
-        return (*bootstrap_ci(values), "seeds")
+    if len(values) >= 2:  # accuracies and rates lie in [0, 1], lengths in [0, inf)
+        return (*t_interval(values, bounds=(0.0, 1.0 if eval_column == "correct" else math.inf)), "seeds")
     if len(runs) == 1 and evals is not None and not evals.empty:
         lo, hi = bootstrap_ci(per_problem(evals, runs.iloc[0], eval_column))
         if not math.isnan(lo):
@@ -201,7 +216,7 @@ def cells_table(runs: pd.DataFrame | Runs) -> pd.DataFrame:
 
 
 def results_table(data: Runs) -> pd.DataFrame:
-    """``cells_table`` plus the accuracy's 95% bootstrap interval and the paper's values where the cell matches."""
+    """``cells_table`` plus the accuracy's 95% interval and the paper's values where the cell matches."""
     table = cells_table(data.runs)
     if table.empty:
         return table
@@ -281,9 +296,10 @@ def _caption(data: Runs) -> str:
     models = sorted({str(m) for m in runs.get("model", pd.Series(dtype=str)).dropna()})
     text = (
         f"Final-stage pass@1 on task {', '.join(tasks) or '?'} with model {', '.join(models) or '?'}, "
-        "mean over seeds; delta = accuracy after training minus before; 95% percentile-bootstrap interval over "
-        "seeds where a cell has several, else over held-out problems; conversion = P(final right | draft wrong), "
-        "regression = P(final wrong | draft right); trace tokens = final-stage completion length. "
+        "mean over seeds; delta = accuracy after training minus before; 95% interval: Student's t over seeds "
+        "where a cell has several, else a percentile bootstrap over held-out problems; "
+        "conversion = P(final right | draft wrong), regression = P(final wrong | draft right); "
+        "trace tokens = final-stage completion length. "
         f"Paper values are as reported ({PAPER_SETTING}; Agon on 0.6B also beats GRPO on 4B, 59%)."
     )
     if not all(t.startswith("deepmath") for t in tasks):

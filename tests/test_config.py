@@ -142,6 +142,9 @@ def _grid(name: str | None) -> tuple[list[list[str]], Callable[[list[str]], Dict
     return _cells(dict(params)), lambda cell: _compose_sweep(SWEEPS, name, cell)
 
 
+# experiments that only the results sweeps use: the 2x2's other cells as named experiments, and the hard split
+RESULTS_ONLY = {"cooperative", "hidden", "cooperative_hidden", "hard_split", "products"}
+
 # grids: the sweep files the basic sweeper expands (Optuna studies sample instead: tests/test_tune.py)
 GRIDS = sorted(p.stem for p in SWEEPS.glob("*.yaml") if "hydra/sweeper: optuna" not in p.read_text())
 
@@ -179,9 +182,20 @@ def test_every_cell_of_every_grid_composes(name):
     elif name == "grid_2x2_seeds":
         assert {(c.reward.name, c.exchange.mode, c.seed) for c in composed} == {
             (r, e, s) for r, e in TWO_BY_TWO for s in (0, 1, 2)}
-    elif name == "ablations":  # Agon beside every named experiment of the offline world
-        offline = [o for o in _options("experiment") if not o.startswith("paper")]
+    elif name == "ablations":  # Agon beside every ablation and baseline of the offline world
+        offline = [o for o in _options("experiment") if not o.startswith("paper") and o not in RESULTS_ONLY]
         assert sorted(c.experiment for c in composed) == offline
+    elif name.startswith("results_"):  # docs/results.md: the 2x2, the ablations and baselines, three seeds each
+        cells = {(c.method.name, c.reward.name, c.exchange.mode, c.rotation.mode, c.init.mode,
+                  c.trainer.num_generations) for c in composed}
+        assert len(cells) == 10 and len(composed) == 30 and {c.seed for c in composed} == {0, 1, 2}
+        assert {(c.reward.name, c.exchange.mode) for c in composed if c.method.name == "agon"} == TWO_BY_TWO
+        task = {"results_arithmetic_hard": ("arithmetic_hard", 96), "results_products": ("products", 72)}[name]
+        # one set of hyperparameters: only what a cell is changes between cells
+        assert {(c.task.name, c.trainer.max_new_tokens, c.trainer.max_steps, c.trainer.learning_rate,
+                 c.eval.n_problems, c.eval.samples) for c in composed} == {(*task, 60, 5e-4, 300, 4)}
+        assert all(c.eval.diagnostic for c in composed)
+        assert {c.model.tiny.warmup_steps for c in composed} == {700 if name == "results_products" else 400}
     elif name == "paper_deepmath_2x2":  # the same grid on the real-model recipe
         assert axes == TWO_BY_TWO and {(c.experiment, c.model.name) for c in composed} == {
             ("paper_deepmath", "Qwen/Qwen3-0.6B")}

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
 import threading
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
 from agon import world
-from agon.config import ArithmeticTaskConfig
+from agon.config import ArithmeticTaskConfig, ConfigError
+from agon.tasks import build_task
 from tests.conftest import TINY, compose_config
 
 
@@ -69,7 +72,7 @@ def test_world_is_built_once_and_concurrent_callers_share_it(tmp_path, monkeypat
 def test_a_partial_directory_without_the_marker_is_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setenv("AGON_CACHE", str(tmp_path))
     cfg = compose_config(TINY)
-    stale = tmp_path / f"tiny-{world.world_key(cfg.model, world._arithmetic_cfg(cfg.task))}"
+    stale = tmp_path / f"tiny-{world.world_key(cfg.model, world.world_task_cfg(cfg.task))}"
     stale.mkdir()
     (stale / "config.json").write_text("{half")  # as a killed build might leave it
     leftover = tmp_path / f".{stale.name}.killed"  # a killed build's temporary directory
@@ -89,9 +92,53 @@ def test_the_key_changes_with_what_shapes_the_model():
     assert key != world.world_key(cfg.model, task2)
 
 
-def test_a_non_arithmetic_task_reuses_the_default_world():
-    """The world is always warm-started on the built-in arithmetic; another task must not key a second one."""
-    default = compose_config()
-    other = compose_config(["task=reasoning_gym"])
-    assert world.world_key(default.model, world._arithmetic_cfg(default.task)) == world.world_key(
-        other.model, world._arithmetic_cfg(other.task))
+def test_which_task_a_world_is_warm_started_on():
+    """Arithmetic runs, their hard split, and tasks without an own world share the default world; a reasoning-gym
+    dataset with warm_start=own keys a world of its own, one per dataset."""
+    def key(*overrides):
+        cfg = compose_config(list(overrides))
+        return world.world_key(cfg.model, world.world_task_cfg(cfg.task))
+
+    default = key()
+    assert key("task.min_terms=6", "task.max_terms=7", "task.warm_start_min_terms=3",
+               "task.warm_start_max_terms=5") == default
+    assert key("task.min_terms=6", "task.max_terms=7") != default
+    assert key("task=reasoning_gym", "task.warm_start=arithmetic") == default
+    assert key("task=codecontests") == default
+    own = key("task=reasoning_gym", "task.name=products")
+    assert own != default and own != key("task=reasoning_gym", "task.name=chain_sum")
+    assert own != key("task=reasoning_gym", "task.name=products", "+task.dataset_args.max_digits=3")
+
+
+def test_a_bad_warm_start_fails_in_the_config_naming_the_key():
+    with pytest.raises(ConfigError, match="task.warm_start"):
+        compose_config(["task=reasoning_gym", "task.warm_start=mine"])
+    with pytest.raises(ConfigError, match="task.warm_start_min_terms=6"):
+        compose_config(["task.warm_start_min_terms=6", "task.warm_start_max_terms=4"])
+
+
+def test_a_reasoning_gym_world_warm_starts_on_the_datasets_own_worked_solutions():
+    """Stepwise text for products (correct, and wrong in one step when corrupted); every other dataset gets its
+    bare answer, so its recap is empty; characters the tokenizer lacks are refused, named."""
+    cfg = compose_config(["task=reasoning_gym", "task.name=products", "task.train_size=50", "task.heldout_size=5"])
+    task = build_task(cfg.task)
+    problem = task.train_problems()[0]
+    text = task.worked_solution(problem)
+    assert task.verify([problem], [text])[0].correct
+    assert task.recap(text) and "\\boxed" not in task.recap(text)
+    rng = random.Random(0)
+    wrong = [task.worked_solution(problem, rng) for _ in range(20)]
+    assert not any(task.verify([problem] * 20, wrong)[i].correct for i in range(20))
+    tokenizer = world.build_tokenizer()
+    texts = world._warm_start_texts(task, task.train_problems(), 40, random.Random(1), tokenizer)
+    assert all(c.endswith(tokenizer.eos_token) and task.verify([problem], [c])[0].format_ok for _, c in texts)
+
+    other = build_task(compose_config(["task=reasoning_gym", "task.name=spell_backward", "task.train_size=20",
+                                       "task.heldout_size=2"]).task)
+    p = other.train_problems()[0]
+    assert other.verify([p], [other.worked_solution(p)])[0].correct and other.recap(other.worked_solution(p)) == ""
+
+    factor = build_task(compose_config(["task=reasoning_gym", "task.name=prime_factorization", "task.train_size=20",
+                                        "task.heldout_size=2"]).task)
+    with pytest.raises(ValueError, match="printable ASCII"):
+        world._check_characters(factor, factor.train_problems(), tokenizer)

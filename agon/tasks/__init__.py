@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from random import Random
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from agon.tasks.text import remove_boxed, visible_text
@@ -81,6 +82,11 @@ class Task(ABC):
         """What a challenger may read of a draft: visible text, final answer removed; empty without ``</think>``."""
         visible = visible_text(completion)
         return "" if visible is None else self.strip_answer(visible).strip()
+
+    def worked_solution(self, problem: Problem, corrupt_rng: Random | None = None) -> str | None:
+        """A reference completion for the offline world's warm start (``agon.tasks.text.worked_text``); with
+        ``corrupt_rng``, a plausible wrong one (one step off, the error carried on). None: this family has none."""
+        return None
 
     def close(self) -> None:
         """Release worker pools or sandboxes."""

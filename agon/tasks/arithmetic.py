@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Sequence
 
 from agon.tasks import Problem, Task, Verdict, register_task
-from agon.tasks.text import boxed_answers, visible_text
+from agon.tasks.text import boxed_answers, visible_text, worked_text
 
 
 def _steps(expr: str) -> list[tuple[int, str, int, int]]:
@@ -56,8 +56,7 @@ def worked_solution(expr: str, corrupt_rng: random.Random | None = None) -> str:
         if i == bad:
             acc += corrupt_rng.choice([-10, -2, -1, 1, 2, 10])  # type: ignore[union-attr]
         lines.append(f"{left}{op}{right}={acc}")
-    recap = ";".join(lines[:-1])
-    return f"<think>{';'.join(lines)}</think>{recap}\\boxed{{{acc}}}"
+    return worked_text(lines, str(acc))
 
 
 def random_expression(rng: random.Random, min_terms: int, max_terms: int, max_operand: int) -> str:
@@ -100,6 +99,9 @@ class ArithmeticTask(Task):
 
     def train_problems(self) -> Sequence[Problem]:
         return self._train
+
+    def worked_solution(self, problem: Problem, corrupt_rng: random.Random | None = None) -> str:
+        return worked_solution(problem.question, corrupt_rng)
 
     def verify(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Verdict]:
         out = []

@@ -7,17 +7,28 @@ training pool is ``task.train_size`` items drawn with a different seed (``split_
 is also held out. The answer is the last ``\\boxed{}`` after ``</think>``, scored by the dataset's own
 ``score_answer``; it is correct only when the score is exactly 1.0 (the default scorer gives partial credit), and a
 scorer that raises scores 0 with ``status="error"`` (counted by the trainer).
+
+``worked_solution`` gives the offline world its reference completions (``task.warm_start=own`` warm-starts the
+tiny model on the dataset's own training items): step by step for the datasets in ``WORKED_SOLUTIONS``
+(``products``: long multiplication, one partial product per digit, then their sums; ``basic_arithmetic`` and
+``chain_sum``: left to right, as the built-in arithmetic), and for any other dataset the bare answer in the
+reasoning block, so its recap is empty and the visible exchange carries nothing. Left out on purpose: worked
+solutions for datasets whose reasoning is not a chain of small computations (puzzles, graphs, text games); add
+one to ``WORKED_SOLUTIONS`` to give a dataset a stepwise warm start.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+import random
+import re
+from typing import Any, Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
 from agon.tasks import Problem, Task, Verdict, register_task
-from agon.tasks.text import last_boxed, visible_text
+from agon.tasks.arithmetic import worked_solution as arithmetic_solution
+from agon.tasks.text import last_boxed, visible_text, worked_text
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +47,62 @@ def dataset_kwargs(cfg: Any) -> dict:
             )
     # YAML gives lists where reasoning-gym's configs expect tuples (e.g. basic_arithmetic's operators)
     return {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+
+
+SLIPS = (-10, -2, -1, 1, 2, 10)
+
+
+def _product_steps(factors: list[int], bad: int = -1, rng: random.Random | None = None) -> tuple[list[str], int]:
+    """Long multiplication left to right over the factors; step ``bad`` (if any) off by a small amount, the error
+    carried into every later step."""
+    steps: list[str] = []
+
+    def slip() -> int:
+        return rng.choice(SLIPS) if rng is not None and len(steps) == bad else 0
+
+    acc = factors[0]
+    for right in factors[1:]:
+        parts = []
+        for term in [int(d) * 10**place for place, d in enumerate(reversed(str(right))) if d != "0"] or [0]:
+            parts.append(acc * term + slip())
+            steps.append(f"{acc}*{term}={parts[-1]}")
+        total = parts[0]
+        for part in parts[1:]:
+            new = total + part + slip()
+            steps.append(f"{total}+{part}={new}")
+            total = new
+        acc = total
+    return steps, acc
+
+
+def _products(entry: dict, corrupt_rng: random.Random | None) -> str | None:
+    """``42 * 25``: ``42*5=210;42*20=840;210+840=1050``; None for negative factors."""
+    try:
+        factors = [int(f) for f in str(entry["metadata"]["expression"]).split("*")]
+    except (KeyError, ValueError):
+        return None
+    if any(f < 0 for f in factors):
+        return None
+    steps, answer = _product_steps(factors)
+    if corrupt_rng is not None:
+        steps, answer = _product_steps(factors, corrupt_rng.randrange(len(steps)), corrupt_rng)
+    return worked_text(steps, str(answer))
+
+
+def _additions(entry: dict, corrupt_rng: random.Random | None) -> str | None:
+    """``5 - 3 - 6``: the built-in arithmetic's steps; None for negatives or parentheses."""
+    expr = str(entry.get("metadata", {}).get("expression", "")).replace(" ", "")
+    if not re.fullmatch(r"\d+([+-]\d+)+", expr):
+        return None
+    return arithmetic_solution(expr, corrupt_rng)
+
+
+# dataset name -> (entry, corrupt_rng) -> reference completion, or None where the entry is outside its reach
+WORKED_SOLUTIONS: dict[str, Callable[[dict, random.Random | None], str | None]] = {
+    "products": _products,
+    "basic_arithmetic": _additions,
+    "chain_sum": _additions,
+}
 
 
 @register_task("reasoning_gym")
@@ -82,6 +149,14 @@ class ReasoningGymTask(Task):
 
     def heldout_problems(self) -> Sequence[Problem]:
         return self._heldout
+
+    def worked_solution(self, problem: Problem, corrupt_rng: random.Random | None = None) -> str | None:
+        """Stepwise where ``WORKED_SOLUTIONS`` knows the dataset, else the bare answer (an empty recap)."""
+        if problem.answer is None:
+            return None
+        write = WORKED_SOLUTIONS.get(self.cfg.name)
+        text = write(problem.meta["entry"], corrupt_rng) if write else None
+        return text if text is not None else worked_text([problem.answer], problem.answer)
 
     def verify(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Verdict]:
         return [self._verify_one(p, c) for p, c in zip(problems, completions, strict=True)]

@@ -3,7 +3,7 @@
 A completion looks like ``<think>reasoning</think>visible text \\boxed{answer}``. The visible part is what follows
 the last ``</think>``; a completion without a closed reasoning block has no visible part at all (a format
 failure, as DeepMath scores it). Boxes are found by a balanced-brace scan because a regex breaks on
-``\\boxed{\\frac{1}{2}}``.
+``\\boxed{\\frac{1}{2}}``. ``worked_text`` writes the offline world's reference completions in that shape.
 """
 
 from __future__ import annotations
@@ -55,3 +55,9 @@ def remove_boxed(text: str) -> str:
         last = end
     out.append(text[last:])
     return "".join(out)
+
+
+def worked_text(steps: list[str], answer: str) -> str:
+    """A reference completion in the offline world's format: every step in ``<think>``, a recap of all steps but
+    the last after it (partial results a rival can check or reuse, never the answer), and the answer boxed."""
+    return f"{THINK_OPEN}{';'.join(steps)}{THINK_CLOSE}{';'.join(steps[:-1])}{BOX}{answer}}}"

@@ -6,10 +6,10 @@ worked out by hand from SPECS (4 problems, 1 sample, headline orders A>B and B>A
 over both orders):
 
     cell                   seeds  start   acc    delta  conv   regr   tokens  95% CI             paper
-    competitive/visible    2      .25     .75    .50    .625   .125   22.5    [.625, .875] seeds .61, 3500
+    competitive/visible    2      .25     .75    .50    .625   .125   22.5    [0, 1] seeds       .61, 3500
         seed 0: final 4/4 + 3/4 = .875, start 2/8; conv 3/4, regr 0/4, tokens (20+30)/2
         seed 1: final 3/4 + 2/4 = .625, start 2/8; conv 2/4, regr 1/4, tokens (10+30)/2
-        two seeds: bootstrap means are .625, .75, .875 with p = 1/4, 1/2, 1/4 -> [.625, .875]
+        two seeds: Student's t, .75 +- 12.71 x .125 (sd .177 / sqrt 2), clipped to [0, 1]
     competitive/hidden     1      .25     .625   .375   .25    0      40      [.5, .875] problems .32
         per-problem (A>B, B>A mean): .5 .5 .5 1 -> low .5 (P(no 1) = .32); high .875 (P(k<=2) = .95 < .975)
         conv: A>B wrong drafts p0,p1 -> finals 0,1; B>A wrong drafts p1,p2 -> 0,0: 1/4. regr: right drafts' finals
@@ -43,7 +43,7 @@ from analysis import cells_table, format_table, load_runs, newest_multirun, resu
 from analysis.figures import BASELINE_COLORS, baseline_colors, cell_style
 from analysis.figures import main as figures_main
 from analysis.load import RunRecord, find_run_dirs, frames, read_run_dir
-from analysis.tables import bootstrap_ci, final_rows, paper_reference, to_latex, to_markdown
+from analysis.tables import bootstrap_ci, final_rows, paper_reference, t_interval, to_latex, to_markdown
 from tests.analysis import make_fixture
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sweeps"
@@ -194,7 +194,7 @@ def test_cells_table_values(data):
 def test_results_table_intervals_and_paper(data):
     table = results_table(data)
     expected = {
-        "competitive · visible": (0.625, 0.875, "seeds", 0.61, 3500.0),
+        "competitive · visible": (0.0, 1.0, "seeds", 0.61, 3500.0),
         "competitive · hidden": (0.5, 0.875, "problems", 0.32, math.nan),
         "cooperative · visible": (0.5, 1.0, "problems", 0.46, math.nan),
         "cooperative · hidden": (0.0, 0.5, "problems", math.nan, math.nan),
@@ -231,6 +231,13 @@ def test_paper_reference_matching():
     assert paper_reference({**base, "method": "grpo", "model": "Qwen/Qwen3-14B"})[0] == 0.30
     assert paper_reference({**base, "method": "moa"})[0] == pytest.approx(0.61 / 8)
     assert "different" in paper_reference({**base, "task": "arithmetic"})[2]
+
+
+def test_t_interval_over_seeds():
+    lo, hi = t_interval([0.30, 0.34, 0.32])  # mean .32, sd .02, t(2) = 4.303
+    assert (lo, hi) == (pytest.approx(0.32 - 4.303 * 0.02 / 3**0.5, abs=1e-4), pytest.approx(0.32 + 0.0497, abs=1e-4))
+    assert t_interval([0.875, 0.625]) == (0.0, 1.0)  # clipped: two seeds this far apart say little
+    assert all(math.isnan(v) for v in t_interval([0.5]))
 
 
 def test_bootstrap_ci():
@@ -272,7 +279,7 @@ def test_markdown_and_latex_mark_paper_values(data):
     table = results_table(data)
     md = to_markdown(table, "caption")
     assert md.startswith("caption\n\n| cell |")
-    assert "| competitive · visible | 2 | 0 | 25.0 | 75.0 | +50.0 | 62.5 | 87.5 | seeds |" in md
+    assert "| competitive · visible | 2 | 0 | 25.0 | 75.0 | +50.0 | 0.0 | 100.0 | seeds |" in md
     assert "61.0*" in md and "3,500*" in md
     tex = to_latex(table, "50% of cells")
     assert r"\begin{tabular}" in tex and r"61.0$^{*}$" in tex and r"50\% of cells" in tex

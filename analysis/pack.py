@@ -1,0 +1,75 @@
+"""Pack a sweep's results for the repository: ``python -m analysis.pack <sweep dir> <dest>``.
+
+Copies what the tables and figures read, and nothing a run needs to continue: for each run directory below the
+sweep, ``summary.json``, ``.hydra/config.yaml`` and ``.hydra/overrides.yaml`` as they are, ``metrics.jsonl``
+gzip-compressed, and the rows of ``eval.jsonl`` from the final evaluation gzip-compressed (every evaluation's
+headline numbers are in ``metrics.jsonl``); and the sweep's ``multirun.yaml``. ``analysis.load`` reads the packed
+directory as it reads the sweep (``agon.run_files.read_jsonl`` falls back to the ``.gz``), so
+``make figures RUNS=<dest>`` redraws the figures from it.
+
+Left out on purpose: checkpoints, adapters, ``samples.jsonl`` and W&B files (hundreds of MB per sweep, and not
+needed to redraw anything). Runs without ``summary.json`` are packed too, and show as incomplete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from agon.run_files import CONFIG, EVAL, METRICS, OVERRIDES, SUMMARY, SWEEP_MARKER, read_jsonl
+from analysis.load import find_run_dirs
+
+
+def _gzip_lines(rows: list[dict], path: Path) -> None:
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    # mtime=0: packing the same rows twice gives the same bytes, so a re-pack shows no change in git
+    path.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+
+
+def pack_run(run_dir: Path, dest: Path) -> int:
+    """One run directory into ``dest``; the bytes written."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in (SUMMARY, CONFIG, OVERRIDES):
+        if (run_dir / name).exists():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(run_dir / name, dest / name)
+    _gzip_lines(read_jsonl(run_dir / METRICS), dest / f"{METRICS}.gz")
+    rows = read_jsonl(run_dir / EVAL)
+    final = [r for r in rows if r.get("phase") == "final"] or rows
+    _gzip_lines(final, dest / f"{EVAL}.gz")
+    return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+
+
+def pack(sweep_dir: Path, dest: Path) -> int:
+    """Every run directory below ``sweep_dir`` into the same place below ``dest``; the bytes written."""
+    sweep_dir, dest = Path(sweep_dir), Path(dest)
+    runs = find_run_dirs(sweep_dir)
+    if not runs:
+        raise FileNotFoundError(f"no run directories below {sweep_dir}")
+    total = 0
+    for marker in sweep_dir.rglob(SWEEP_MARKER):
+        target = dest / marker.relative_to(sweep_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(marker, target)
+        total += target.stat().st_size
+    for run_dir in runs:
+        total += pack_run(run_dir, dest / run_dir.relative_to(sweep_dir))
+    print(f"packed {len(runs)} runs from {sweep_dir} into {dest}: {total / 1e6:.2f} MB")
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.pack", description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweep_dir", type=Path, help="a sweep directory (hydra.sweep.dir) or any run directory")
+    parser.add_argument("dest", type=Path, help="where the packed copy goes (e.g. results/arithmetic_hard)")
+    args = parser.parse_args(argv)
+    pack(args.sweep_dir, args.dest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

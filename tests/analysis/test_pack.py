@@ -1,0 +1,67 @@
+"""analysis.pack: a packed sweep loads as the sweep does, smaller, and the recap figure draws from logged rows."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pandas as pd
+
+from agon.run_files import METRICS, read_jsonl
+from analysis import load_runs
+from analysis.figures import make_figures, recap_values
+from analysis.pack import pack
+from analysis.tables import results_table
+from tests.analysis.test_analysis import FIXTURES
+
+
+def test_a_packed_sweep_loads_as_the_sweep_does(tmp_path):
+    written = pack(FIXTURES, tmp_path / "packed")
+    before, after = load_runs(FIXTURES), load_runs(tmp_path / "packed")
+    assert not list((tmp_path / "packed").rglob("samples.jsonl")) and not list((tmp_path / "packed").rglob("*.jsonl"))
+    assert written < sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
+    columns = ["cell", "seed", "status", "eval/accuracy", "eval/conversion_rate"]
+    pd.testing.assert_frame_equal(before.runs[columns].reset_index(drop=True),
+                                  after.runs[columns].reset_index(drop=True))
+    pd.testing.assert_frame_equal(before.steps.reset_index(drop=True), after.steps.reset_index(drop=True))
+    # only the final evaluation's rows are kept; the table (its intervals from them) is the same
+    assert set(after.evals["phase"]) == {"final"} and len(after.evals) == (before.evals["phase"] == "final").sum()
+    pd.testing.assert_frame_equal(results_table(before), results_table(after))
+    # packing twice gives the same bytes (no time stamps in the gzip headers)
+    again = tmp_path / "again"
+    pack(FIXTURES, again)
+    first = sorted((tmp_path / "packed").rglob("*.gz"))
+    assert [p.read_bytes() for p in first] == [
+        (again / p.relative_to(tmp_path / "packed")).read_bytes() for p in first]
+
+
+def test_the_recap_figure_draws_what_the_runs_logged(tmp_path):
+    runs = tmp_path / "sweeps"
+    shutil.copytree(FIXTURES, runs)
+    # the fixture's grid runs log a diagnostic at steps 0 and 2: B's "correct" accuracy goes from .5 to .9
+    logged = 0
+    for metrics in runs.rglob(METRICS):
+        rows = read_jsonl(metrics)
+        if "eval/cascade_acc_AB" not in json.dumps(rows):
+            continue
+        last = max(r["train/step"] for r in rows)
+        for step, value in ((0, 0.5), (last, 0.9)):
+            rows.append({"train/step": step, **{f"recap/{who}/{c}": value if c == "correct" else 0.25
+                                                for who in ("A", "B", "base")
+                                                for c in ("rival", "correct", "wrong", "none")}})
+        metrics.with_name(METRICS + ".gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows)
+                                                                     .encode()))
+        metrics.unlink()
+        logged += 1
+    assert logged >= 4
+    data = load_runs(runs)
+    table = results_table(data)
+    row = table[table["cell"] == "competitive · visible"].iloc[0]
+    assert list(recap_values(data.steps, row, "correct", "first")) == [0.5, 0.5]  # two seeds
+    assert list(recap_values(data.steps, row, "correct", "last")) == [0.9, 0.9]
+    assert list(recap_values(data.steps, row, "none", "last")) == [0.25, 0.25]
+    names = {p.name for p in make_figures(data, tmp_path / "out")}
+    assert {"recap_diagnostic.png", "recap_diagnostic.pdf"} <= names
+    # without the diagnostic there is no such figure
+    assert "recap_diagnostic.png" not in {p.name for p in make_figures(load_runs(FIXTURES), tmp_path / "plain")}

@@ -1,0 +1,86 @@
+"""agon.eval's diagnostic: cross-play and the challenger's accuracy under each kind of recap."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from agon.engines import Engine
+from agon.eval import RECAP_CONDITIONS, diagnose
+from agon.policies import Completion
+from agon.run import run
+from agon.run_files import read_jsonl
+from agon.tasks import build_task
+from agon.tasks.arithmetic import worked_solution
+from tests.conftest import TEST_WORLD, compose_config
+
+
+class TrustingEngine(Engine):
+    """A scripted sampler with known behaviour, so every number of the diagnostic has one right value: A drafts
+    correct solutions, B drafts wrong ones, the base drafts nothing; every challenger answers right exactly when the
+    recap it reads is the correct one (it trusts the recap and cannot solve the problem alone)."""
+
+    def __init__(self, policies, task):
+        super().__init__(policies)
+        self.task = task
+
+    def sample(self, prompts, adapter, sampling):
+        out = []
+        for prompt in prompts:
+            message = prompt.split("<|im_start|>u", 1)[1].split("<|im_end|>", 1)[0]
+            question, bar, recap = message.partition("|")
+            right = worked_solution(question)
+            if bar:
+                text = right if recap and recap == self.task.recap(right) else "<think></think>\\boxed{-999}"
+            else:
+                text = {"A": right, "B": worked_solution(question).replace("\\boxed{", "\\boxed{1")}.get(adapter, "")
+                if adapter == "B":  # a wrong first step, so B's recap is wrong too
+                    first = right.split("<think>")[1].split(";")[0]
+                    left, value = first.split("=")
+                    text = text.replace(f"{left}={value}", f"{left}={int(value) + 1}")
+            out.append(Completion(text, (1,), False))
+        return out
+
+
+def test_each_recap_condition_is_scored_on_its_own_prompts(policies):
+    cfg = compose_config(TEST_WORLD + ["task.min_terms=3", "task.max_terms=4"])
+    task = build_task(cfg.task)
+    problems = list(task.heldout_problems())[:6]
+    got = diagnose(policies, task, cfg, problems, TrustingEngine(policies, task), samples=2)
+    assert got["crossplay/A>B"] == 1.0 and got["crossplay/A>A"] == 1.0 and got["crossplay/A>base"] == 1.0
+    assert got["crossplay/B>A"] == 0.0 and got["crossplay/base>B"] == 0.0
+    assert got["recap/B/rival"] == 1.0 and got["recap/B/rival_right"] == 1.0 and math.isnan(got["recap/B/rival_wrong"])
+    assert got["recap/A/rival"] == 0.0 and got["recap/A/rival_wrong"] == 0.0 and math.isnan(got["recap/A/rival_right"])
+    assert got["recap/base/rival"] == 1.0  # the base reads A's recaps
+    for who in ("A", "B", "base"):
+        assert (got[f"recap/{who}/correct"], got[f"recap/{who}/wrong"], got[f"recap/{who}/none"]) == (1.0, 0.0, 0.0)
+    assert got["recap/n_wrong"] == 12  # every problem has a wrong recap: 2-3 steps, the slip forced into the recap
+
+
+def test_under_the_hidden_exchange_crossplay_answers_alone_and_the_recap_is_still_probed(policies):
+    cfg = compose_config(TEST_WORLD + ["exchange=hidden"])
+    task = build_task(cfg.task)
+    problems = list(task.heldout_problems())[:4]
+    got = diagnose(policies, task, cfg, problems, TrustingEngine(policies, task))
+    # the answerer reads the plain prompt, as it does when drafting: whoever drafted, A is right and B is not
+    for drafter in ("A", "B", "base"):
+        assert (got[f"crossplay/{drafter}>A"], got[f"crossplay/{drafter}>B"]) == (1.0, 0.0)
+    assert got["recap/B/rival"] == 1.0 and got["recap/B/correct"] == 1.0
+
+
+def test_a_run_logs_the_diagnostic_at_every_evaluation(small_cfg, tmp_path):
+    small_cfg.output_dir = str(tmp_path / "run")
+    small_cfg.eval.diagnostic = True
+    small_cfg.eval.every = 1
+    small_cfg.trainer.max_steps = 2
+    run(small_cfg)
+    rows = [r for r in read_jsonl(Path(small_cfg.output_dir) / "metrics.jsonl") if "crossplay/A>B" in r]
+    assert [r["train/step"] for r in rows] == [0, 1, 2]
+    for row in rows:
+        for who in ("A", "B", "base"):
+            for condition in RECAP_CONDITIONS:
+                value = row[f"recap/{who}/{condition}"]
+                assert value is None or 0.0 <= value <= 1.0
+        assert row["recap/n_wrong"] > 0
+    # the test world solves some of its problems: all zeros would mean nothing was graded
+    assert sum(v for k, v in rows[0].items() if k.startswith("crossplay/")) > 0
