@@ -13,7 +13,8 @@ Writes, each as PNG and PDF:
     conversion_regression  conversion P(final right | draft wrong) and regression P(final wrong | draft right)
     recap_diagnostic       the challenger's accuracy given its rival's recap, a correct one, a wrong one and none
                            (``eval.diagnostic``), at the first and the last evaluation; only when runs logged it
-and ``table.csv``, ``table.md``, ``table.tex`` (analysis.tables.write_tables). Output is deterministic: seeded
+and ``table.csv``, ``table.md``, ``table.tex`` (analysis.tables.write_tables), and ``claims.md`` (analysis.claims)
+where the runs hold the cells of a claim. Output is deterministic: seeded
 bootstrap, no timestamps in the PDFs.
 """
 
@@ -36,8 +37,9 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from agon.methods import METHODS
+from analysis.claims import claims_markdown, claims_table
 from analysis.load import Runs, is_ablation, is_baseline, load_runs, newest_multirun
-from analysis.tables import cell_interval, format_table, results_table, write_tables
+from analysis.tables import RECAP_SHOWN, cell_interval, format_table, recap_values, results_table, write_tables
 
 # files only, no display (pyplot picks its backend lazily, at the first figure)
 matplotlib.use("Agg")
@@ -394,30 +396,7 @@ def conversion_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-RECAP_SHOWN = {"rival": "rival's recap", "correct": "correct recap", "wrong": "wrong recap", "none": "no recap"}
 RECAP_COLORS = ("#8172b3", "#55a868", "#c44e52", "#b0b0b0")
-
-
-def challengers(row: Any, steps: pd.DataFrame) -> list[str]:
-    """The adapters that answer in a cell's training: B alone under fixed roles, else every adapter it logged."""
-    logged = {c.split("/")[1] for c in steps.columns if c.startswith("recap/") and c.count("/") == 2}
-    logged = sorted(logged - {"base"})
-    return ["B"] if row.get("rotation") == "fixed" and "B" in logged else logged
-
-
-def recap_values(steps: pd.DataFrame, row: Any, condition: str, which: str) -> pd.Series:
-    """Per run, the challengers' mean accuracy under ``condition`` at the run's first or last diagnostic."""
-    rows = steps[steps["cell_key"] == row["cell_key"]]
-    columns = [f"recap/{a}/{condition}" for a in challengers(row, steps)]
-    columns = [c for c in columns if c in rows]
-    if not columns:
-        return pd.Series(dtype=float)
-    rows = rows.dropna(subset=columns, how="all")
-    out = {}
-    for run_id, run_rows in rows.groupby("run_id"):
-        at = run_rows["train/step"].min() if which == "first" else run_rows["train/step"].max()
-        out[run_id] = float(run_rows[run_rows["train/step"] == at][columns].mean(axis=1).mean())
-    return pd.Series(out, dtype=float)
 
 
 def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
@@ -464,6 +443,10 @@ def make_figures(data: Runs, out_dir: str | Path = "figures") -> list[Path]:
         if recap is not None:
             paths += _save(recap, out, "recap_diagnostic")
     paths += write_tables(data, out)
+    claims = claims_table(data.runs)
+    if not claims.empty:
+        paths.append(out / "claims.md")
+        paths[-1].write_text(claims_markdown(claims))
     return paths
 
 

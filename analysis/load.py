@@ -336,6 +336,23 @@ def cell_sort_key(row: Any) -> tuple:
     )
 
 
+def _drop_plain_experiments(run_rows: list[dict]) -> None:
+    """A named experiment whose cell the axes already tell apart adds nothing to the cell's name, so its override
+    leaves ``extra``; one sharing its axes with another experiment (``grpo_matched`` beside ``grpo``: only the
+    group size differs) keeps it, except the experiment named after its method (``grpo``), which is the plain one."""
+    def named(r: dict) -> str | None:
+        return next((o for o in r["extra"] if _override_key(o) == "experiment"), None)
+
+    by_axes: dict[tuple, set[str]] = {}
+    for r in run_rows:
+        if named(r):
+            by_axes.setdefault(tuple(r[a] for a in AXES), set()).add(named(r))
+    for r in run_rows:
+        override = named(r)
+        if override and (len(by_axes[tuple(r[a] for a in AXES)]) == 1 or override.split("=", 1)[1] == r["method"]):
+            r["extra"] = r["extra"] - {override}
+
+
 def frames(records: Iterable[RunRecord]) -> Runs:
     """RunRecords -> Runs(runs, steps, evals)."""
     records = list(records)
@@ -345,6 +362,7 @@ def frames(records: Iterable[RunRecord]) -> Runs:
     settings = {(r["task"], r["model"]) for r in run_rows if r["task"] is not None or r["model"] is not None}
     # several methods under study loaded: their cells would read alike, so each names its method
     studied = {r["method"] for r in run_rows if not is_baseline(r["method"])}
+    _drop_plain_experiments(run_rows)
     for r in run_rows:
         r["extra"] = ",".join(sorted(r["extra"] - shared))
         r["cell"] = _cell_label(r, with_method=len(studied) > 1)

@@ -351,6 +351,67 @@ def to_latex(table: pd.DataFrame, caption: str = "") -> str:
     return "\n".join(out) + "\n"
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# the recap diagnostic (eval.diagnostic: agon.eval.diagnose)
+
+RECAP_SHOWN = {"rival": "rival's recap", "correct": "correct recap", "wrong": "wrong recap", "none": "no recap"}
+
+
+def challengers(row: Any, steps: pd.DataFrame) -> list[str]:
+    """The adapters that answer in a cell's training: B alone under fixed roles, else every adapter it logged."""
+    logged = {c.split("/")[1] for c in steps.columns if c.startswith("recap/") and c.count("/") == 2}
+    logged = sorted(logged - {"base"})
+    return ["B"] if row.get("rotation") == "fixed" and "B" in logged else logged
+
+
+def recap_values(steps: pd.DataFrame, row: Any, condition: str, which: str | int) -> pd.Series:
+    """Per run, the challengers' mean accuracy under ``condition`` at the run's ``first`` or ``last`` diagnostic,
+    or at a given step (runs that logged none there are left out)."""
+    rows = steps[steps["cell_key"] == row["cell_key"]]
+    columns = [f"recap/{a}/{condition}" for a in challengers(row, steps)]
+    columns = [c for c in columns if c in rows]
+    if not columns:
+        return pd.Series(dtype=float)
+    rows = rows.dropna(subset=columns, how="all")
+    out = {}
+    for run_id, run_rows in rows.groupby("run_id"):
+        at = {"first": run_rows["train/step"].min(), "last": run_rows["train/step"].max()}.get(which, which)
+        if not (run_rows["train/step"] == at).any():
+            continue
+        out[run_id] = float(run_rows[run_rows["train/step"] == at][columns].mean(axis=1).mean())
+    return pd.Series(out, dtype=float)
+
+
+def diagnostic_tables(data: Runs, table: pd.DataFrame) -> str:
+    """Markdown: per cell and evaluation step, the challengers' accuracy under each recap condition (mean over
+    seeds), then the cross-play matrix of each cell at its last evaluation. Empty without the diagnostic."""
+    steps = data.steps
+    if steps.empty or not any(c.startswith("recap/") for c in steps.columns):
+        return ""
+    conditions = ["rival", "rival_right", "rival_wrong", "correct", "wrong", "none"]
+    lines = ["| cell | step | seeds | " + " | ".join(conditions) + " |", "|---" * (3 + len(conditions)) + "|"]
+    crossplay = []
+    for _, row in table.iterrows():
+        rows = steps[steps["cell_key"] == row["cell_key"]]
+        if rows.empty or "recap/n_wrong" not in rows:
+            continue
+        for step in sorted(rows.dropna(subset=["recap/n_wrong"])["train/step"].unique()):
+            cells = [recap_values(steps, row, c, int(step)) for c in conditions]
+            lines.append(f"| {row['cell']} | {int(step)} | {len(cells[0])} | "
+                         + " | ".join("n/a" if v.dropna().empty else f"{100 * v.mean():.1f}" for v in cells) + " |")
+        last = rows[rows["train/step"] == rows.dropna(subset=["recap/n_wrong"])["train/step"].max()]
+        pairs = sorted(c for c in last.columns if c.startswith("crossplay/") and last[c].notna().any())
+        if pairs:
+            names = sorted({p.split("/")[1].split(">")[0] for p in pairs}, key=lambda n: (n == "base", n))
+            crossplay.append(f"\n{row['cell']} (step {int(last['train/step'].max())}, rows draft, columns answer)\n")
+            crossplay.append("| drafter | " + " | ".join(names) + " |")
+            crossplay.append("|---" * (1 + len(names)) + "|")
+            for d in names:
+                crossplay.append(f"| {d} | " + " | ".join(
+                    f"{100 * last[f'crossplay/{d}>{a}'].mean():.1f}" for a in names) + " |")
+    return "\n".join(lines + crossplay) + "\n"
+
+
 def write_tables(data: Runs, out_dir: str | Path) -> list[Path]:
     """``table.csv`` (full precision, fractions), ``table.md`` and ``table.tex`` (percentages) into ``out_dir``."""
     out = Path(out_dir)
@@ -361,6 +422,10 @@ def write_tables(data: Runs, out_dir: str | Path) -> list[Path]:
     table.drop(columns=["cell_key"], errors="ignore").to_csv(paths[0], index=False)
     paths[1].write_text(to_markdown(table, caption))
     paths[2].write_text(to_latex(table, caption))
+    diagnostic = diagnostic_tables(data, table)
+    if diagnostic:
+        paths.append(out / "diagnostic.md")
+        paths[-1].write_text(diagnostic)
     return paths
 
 

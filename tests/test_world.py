@@ -10,9 +10,9 @@ import torch
 from omegaconf import OmegaConf
 
 from agon import world
-from agon.config import ArithmeticTaskConfig, ConfigError
+from agon.config import ArithmeticTaskConfig, ConfigError, validate
 from agon.tasks import build_task
-from tests.conftest import TINY, compose_config
+from tests.conftest import TEST_WORLD, TINY, compose_config
 
 
 def test_tokenizer_round_trips_text_and_keeps_specials_whole():
@@ -112,9 +112,12 @@ def test_which_task_a_world_is_warm_started_on():
 
 def test_a_bad_warm_start_fails_in_the_config_naming_the_key():
     with pytest.raises(ConfigError, match="task.warm_start"):
-        compose_config(["task=reasoning_gym", "task.warm_start=mine"])
+        validate(compose_config(["task=reasoning_gym", "task.warm_start=mine"]))
     with pytest.raises(ConfigError, match="task.warm_start_min_terms=6"):
-        compose_config(["task.warm_start_min_terms=6", "task.warm_start_max_terms=4"])
+        validate(compose_config(["task.warm_start_min_terms=6", "task.warm_start_max_terms=4"]))
+    with pytest.raises(ConfigError, match="task.min_terms=1"):
+        validate(compose_config(["task.min_terms=1"]))
+    validate(compose_config(["experiment=hard_split"]))
 
 
 def test_a_reasoning_gym_world_warm_starts_on_the_datasets_own_worked_solutions():
@@ -142,3 +145,28 @@ def test_a_reasoning_gym_world_warm_starts_on_the_datasets_own_worked_solutions(
                                         "task.heldout_size=2"]).task)
     with pytest.raises(ValueError, match="printable ASCII"):
         world._check_characters(factor, factor.train_problems(), tokenizer)
+
+
+def test_a_reasoning_gym_dataset_gets_a_world_that_solves_some_of_it(agon_cache):
+    """task=reasoning_gym on the offline model warm-starts on the dataset's own items: the base drafts some of its
+    held-out items right (the arithmetic world, which never saw this prompt text, would not) and reads recaps."""
+    from agon.engines import Sampling
+    from agon.policies import build_policies, load_base
+    from agon.rollout import play
+
+    cfg = compose_config(TEST_WORLD[:9] + ["task=reasoning_gym", "task.name=chain_sum", "task.heldout_size=40",
+                                           "task.train_size=2000", "+task.dataset_args.min_terms=2",
+                                           "+task.dataset_args.max_terms=3", "+task.dataset_args.min_digits=1",
+                                           "+task.dataset_args.max_digits=1"])
+    validate(cfg)
+    key = world.world_key(cfg.model, world.world_task_cfg(cfg.task))
+    assert key != world.world_key(cfg.model, world.world_task_cfg(compose_config(TEST_WORLD).task))
+    model, tokenizer = load_base(cfg.model, cfg.task, log=lambda *_: None)
+    assert (agon_cache / f"tiny-{key}" / "world.json").exists()
+    task = build_task(cfg.task)
+    policies = build_policies(cfg, model, tokenizer)
+    game = play(policies, task, cfg.model, task.heldout_problems(), drafter=None, challenger=None,
+                exchange="visible", group_size=2, sampling=Sampling(48, 1.0))
+    drafts = [r.draft.verdict for r in game.rounds]
+    assert sum(v.correct for v in drafts) / len(drafts) > 0.2
+    assert sum(v.format_ok for v in drafts) / len(drafts) > 0.8

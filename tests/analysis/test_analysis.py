@@ -435,6 +435,21 @@ def test_extra_overrides_split_cells_unless_every_run_shares_them():
     assert runs.loc["c", "cell"] == "competitive · visible [trainer.learning_rate=0.001]"
 
 
+def test_a_named_experiment_names_its_cell_only_where_the_axes_do_not():
+    """The results sweeps pick cells by experiment=...: agon, cooperative and grpo are told apart by their axes, so
+    their labels are the plain ones; grpo_matched shares grpo's axes (its group size differs), so it keeps its name."""
+    def record(run_id: str, experiment: str, method: str, reward: str = "competitive") -> RunRecord:
+        summary = {"method": method, "reward": reward, "exchange": "visible", "rotation": "alternate",
+                   "init": "divergent", "task": "arithmetic", "model": "tiny", "eval/accuracy": 0.5}  # fmt: skip
+        return RunRecord(run_id=run_id, summary=summary, overrides=[f"experiment={experiment}", "seed=0"])
+
+    runs = frames([record("a", "agon", "agon"), record("b", "cooperative", "agon", "cooperative"),
+                   record("c", "grpo", "grpo"), record("d", "grpo_matched", "grpo")]).runs.set_index("run_id")
+    assert runs.loc["a", "cell"] == "competitive · visible" and runs.loc["b", "cell"] == "cooperative · visible"
+    assert runs.loc["c", "cell"] == "GRPO" and runs.loc["d", "cell"] == "GRPO [experiment=grpo_matched]"
+    assert runs.loc["c", "cell_key"] != runs.loc["d", "cell_key"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # methods: what applies, labels, order and colours come from agon.methods and summary.json, not from analysis/
 

@@ -10,9 +10,9 @@ import pandas as pd
 
 from agon.run_files import METRICS, read_jsonl
 from analysis import load_runs
-from analysis.figures import make_figures, recap_values
+from analysis.figures import make_figures
 from analysis.pack import pack
-from analysis.tables import results_table
+from analysis.tables import recap_values, results_table
 from tests.analysis.test_analysis import FIXTURES
 
 
@@ -47,9 +47,10 @@ def test_the_recap_figure_draws_what_the_runs_logged(tmp_path):
             continue
         last = max(r["train/step"] for r in rows)
         for step, value in ((0, 0.5), (last, 0.9)):
-            rows.append({"train/step": step, **{f"recap/{who}/{c}": value if c == "correct" else 0.25
-                                                for who in ("A", "B", "base")
-                                                for c in ("rival", "correct", "wrong", "none")}})
+            rows.append({"train/step": step, "recap/n_wrong": 4.0, "crossplay/A>B": value, "crossplay/B>A": 0.5,
+                         "crossplay/A>A": 0.5, "crossplay/B>B": 0.5,
+                         **{f"recap/{who}/{c}": value if c == "correct" else 0.25
+                            for who in ("A", "B", "base") for c in ("rival", "correct", "wrong", "none")}})
         metrics.with_name(METRICS + ".gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows)
                                                                      .encode()))
         metrics.unlink()
@@ -62,6 +63,9 @@ def test_the_recap_figure_draws_what_the_runs_logged(tmp_path):
     assert list(recap_values(data.steps, row, "correct", "last")) == [0.9, 0.9]
     assert list(recap_values(data.steps, row, "none", "last")) == [0.25, 0.25]
     names = {p.name for p in make_figures(data, tmp_path / "out")}
-    assert {"recap_diagnostic.png", "recap_diagnostic.pdf"} <= names
+    assert {"recap_diagnostic.png", "recap_diagnostic.pdf", "diagnostic.md"} <= names
+    text = (tmp_path / "out" / "diagnostic.md").read_text()
+    assert "| competitive · visible | 0 | 2 | 25.0 | n/a | n/a | 50.0 | 25.0 | 25.0 |" in text
+    assert "| A | 50.0 | 90.0 |" in text  # the cross-play matrix at the last evaluation: A drafts, B answers .9
     # without the diagnostic there is no such figure
     assert "recap_diagnostic.png" not in {p.name for p in make_figures(load_runs(FIXTURES), tmp_path / "plain")}
