@@ -1,7 +1,7 @@
 """The paper's claims, put to a set of runs: each a difference between two cells, with a 95% interval over seeds.
 
-A claim names two cells by their ``experiment`` (the named presets of ``conf/experiment``, which the results
-sweeps use), a metric and a direction. The difference of the cells' means over seeds gets Welch's t interval
+A claim (``claims.yaml``, a data file beside the code) names two cells by their ``experiment`` (the named
+presets of ``conf/experiment``, which the results sweeps use), a metric and a direction. The difference of the cells' means over seeds gets Welch's t interval
 (the seeds of two cells are independent runs; their variances need not be equal). The verdict:
 
     holds        the interval lies on the claimed side of 0
@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
 import pandas as pd
+import yaml
 
 # "about equal" holds when the whole 95% interval of the difference is within this many points of accuracy
 SIMILAR_WITHIN = 0.05
@@ -35,18 +37,13 @@ class Claim:
     metric: str = "eval/accuracy"
 
 
-CLAIMS = (
-    Claim("Agon (competitive, visible) beats vanilla GRPO", "agon", "grpo", "greater"),
-    Claim("Agon beats GRPO at Agon's rollout budget (2N per problem)", "agon", "grpo_matched", "greater"),
-    Claim("competitive beats cooperative (visible exchange)", "agon", "cooperative", "greater"),
-    Claim("cooperative (visible) beats competitive with the hidden exchange", "cooperative", "hidden", "greater"),
-    Claim("the hidden exchange is about GRPO", "hidden", "grpo", "similar"),
-    Claim("alternating roles beat fixed roles", "agon", "fixed_roles", "greater"),
-    Claim("divergent init beats symmetric init", "agon", "symmetric_init", "greater"),
-    Claim("Agon beats self-refinement", "agon", "self_refine", "greater"),
-    Claim("Agon beats the untrained cascade (MoA)", "agon", "moa", "greater"),
-    Claim("Agon's final traces are shorter than GRPO's", "agon", "grpo", "smaller", "eval/final_trace_tokens"),
-)
+def load_claims() -> tuple[Claim, ...]:
+    """The claims of ``claims.yaml`` (installed with the package), which says where each comes from."""
+    data = yaml.safe_load(resources.files("analysis").joinpath("claims.yaml").read_text())
+    return tuple(Claim(**c) for c in data["claims"])
+
+
+CLAIMS = load_claims()
 
 
 def welch_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
