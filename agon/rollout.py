@@ -88,7 +88,7 @@ class Game:
 
 
 def sample_attempts(engine: Engine, task: Task, adapter: str | None, problems: Sequence[Problem],
-              prompts: Sequence[str], sampling: Sampling) -> list[Attempt]:
+                    prompts: Sequence[str], sampling: Sampling) -> list[Attempt]:
     completions = engine.sample(prompts, adapter, sampling)
     verdicts = task.verify(problems, [c.text for c in completions])
     return [Attempt(p, c, v) for p, c, v in zip(prompts, completions, verdicts, strict=True)]

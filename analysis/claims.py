@@ -1,8 +1,9 @@
 """The paper's claims, put to a set of runs: each a difference between two cells, with a 95% interval over seeds.
 
 A claim (``claims.yaml``, a data file beside the code) names two cells by their ``experiment`` (the named
-presets of ``conf/experiment``, which the results sweeps use), a metric and a direction. The difference of the cells' means over seeds gets Welch's t interval
-(the seeds of two cells are independent runs; their variances need not be equal). The verdict:
+presets of ``conf/experiment``, which the results sweeps use), a metric and a direction. The difference of the
+cells' means over seeds gets Welch's t interval (the seeds of two cells are independent runs; their variances
+need not be equal). The verdict:
 
     holds        the interval lies on the claimed side of 0
     reversed     it lies on the other side

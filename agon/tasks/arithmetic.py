@@ -20,6 +20,10 @@ from agon.tasks import Problem, Task, Verdict, register_task
 from agon.tasks.text import boxed_answers, visible_text, worked_text
 
 
+# how far a corrupted step is off: the plausible slips of a worked solution (a wrong rival in the warm start)
+SLIPS = (-10, -2, -1, 1, 2, 10)
+
+
 def _steps(expr: str) -> list[tuple[int, str, int, int]]:
     """[(left, op, right, result)] of a left-to-right evaluation of ``a+b-c...``."""
     tokens, num, out = [], "", []
@@ -54,7 +58,7 @@ def worked_solution(expr: str, corrupt_rng: random.Random | None = None) -> str:
         left = left if acc is None else acc
         acc = left + right if op == "+" else left - right
         if i == bad:
-            acc += corrupt_rng.choice([-10, -2, -1, 1, 2, 10])  # type: ignore[union-attr]
+            acc += corrupt_rng.choice(SLIPS)  # type: ignore[union-attr]
         lines.append(f"{left}{op}{right}={acc}")
     return worked_text(lines, str(acc))
 

@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from agon.tasks import Problem, Task, Verdict, register_task
+from agon.tasks.arithmetic import SLIPS
 from agon.tasks.arithmetic import worked_solution as arithmetic_solution
 from agon.tasks.text import last_boxed, visible_text, worked_text
 
@@ -47,9 +48,6 @@ def dataset_kwargs(cfg: Any) -> dict:
             )
     # YAML gives lists where reasoning-gym's configs expect tuples (e.g. basic_arithmetic's operators)
     return {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
-
-
-SLIPS = (-10, -2, -1, 1, 2, 10)
 
 
 def _product_steps(factors: list[int], bad: int = -1, rng: random.Random | None = None) -> tuple[list[str], int]:
