@@ -19,7 +19,6 @@ from typing import Sequence
 from agon.tasks import Problem, Task, Verdict, register_task
 from agon.tasks.text import boxed_answers, visible_text, worked_text
 
-
 # how far a corrupted step is off: the plausible slips of a worked solution (a wrong rival in the warm start)
 SLIPS = (-10, -2, -1, 1, 2, 10)
 
