@@ -116,8 +116,10 @@ def _setting(data: Runs) -> str:
 
 def _tick(row: Any) -> str:
     """A cell's x tick label: one line per part of its label, long parts wrapped."""
-    parts = str(row["cell"]).replace(" [", " · [").replace(" (", " · (").split(" · ")
-    lines = [line for part in parts for line in textwrap.wrap(part, 22, break_on_hyphens=False)]
+    # a named experiment shows by its name alone: "[experiment=grpo_matched]" would not fit under one bar
+    cell = str(row["cell"]).replace("[experiment=", "[")
+    parts = cell.replace(" [", " · [").replace(" (", " · (").replace(",", ", ").split(" · ")
+    lines = [line for part in parts for line in textwrap.wrap(part, 14, break_on_hyphens=False)]
     return "\n".join([*lines, f"(n={int(row['seeds'])})"])
 
 
