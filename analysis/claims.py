@@ -79,9 +79,11 @@ def claims_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per claim whose two cells are both present among the complete runs."""
     done = runs[runs["status"] == "complete"] if "status" in runs else runs
     rows = []
+    if "experiment" not in done:
+        return pd.DataFrame(rows)
     for claim in CLAIMS:
-        if "experiment" not in done or claim.metric not in done:
-            break
+        if claim.metric not in done:
+            continue
         values = {side: pd.to_numeric(done[done["experiment"] == name][claim.metric], errors="coerce").dropna()
                   .to_numpy(float) for side, name in (("left", claim.left), ("right", claim.right))}
         if not len(values["left"]) or not len(values["right"]):

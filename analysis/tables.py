@@ -395,11 +395,12 @@ def diagnostic_tables(data: Runs, table: pd.DataFrame) -> str:
         rows = steps[steps["cell_key"] == row["cell_key"]]
         if rows.empty or "recap/n_wrong" not in rows:
             continue
-        for step in sorted(rows.dropna(subset=["recap/n_wrong"])["train/step"].unique()):
+        diagnosed = rows.dropna(subset=["recap/n_wrong"])["train/step"]
+        for step in sorted(diagnosed.unique()):
             cells = [recap_values(steps, row, c, int(step)) for c in conditions]
             lines.append(f"| {row['cell']} | {int(step)} | {len(cells[0])} | "
                          + " | ".join("n/a" if v.dropna().empty else f"{100 * v.mean():.1f}" for v in cells) + " |")
-        last = rows[rows["train/step"] == rows.dropna(subset=["recap/n_wrong"])["train/step"].max()]
+        last = rows[rows["train/step"] == diagnosed.max()]
         pairs = sorted(c for c in last.columns if c.startswith("crossplay/") and last[c].notna().any())
         if pairs:
             names = sorted({p.split("/")[1].split(">")[0] for p in pairs}, key=lambda n: (n == "base", n))
