@@ -2,9 +2,10 @@
 
 The files are the JSONL records and ``summary.json`` of ``agon.run_files`` (which says what a run directory holds).
 Lines are flushed and fsynced as they are written, so a crash loses at most the line being written; a torn last
-line is dropped on reopen. On resume, ``metrics.jsonl`` keeps only steps up to the checkpoint's step, so no step is
-logged twice. Loggers (W&B and friends) are looked up by name in ``LOGGERS``; a logger that fails is switched off
-with a warning and the local files go on.
+line is dropped on reopen. On resume every record keeps only what the checkpoint covers, so nothing is logged twice:
+the steps after it go, and so does the final evaluation when the checkpoint is the run's last step (it runs again).
+A run with no checkpoint to resume starts its records over. Loggers (W&B and friends) are looked up by name in
+``LOGGERS``; a logger that fails is switched off with a warning and the local files go on.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from omegaconf import DictConfig
 
@@ -48,10 +49,10 @@ class JsonlFile:
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
         write_text_atomic(self.path, "".join(json.dumps(row) + "\n" for row in rows))
 
-    def truncate_after(self, key: str, last: int) -> None:
-        """Keep rows whose ``key`` is at most ``last`` (resume: the steps after the checkpoint will be redone)."""
+    def keep(self, wanted: Callable[[dict[str, Any]], bool]) -> None:
+        """Keep only the rows ``wanted`` accepts (resume: the others are about to be recomputed)."""
         self._fh.close()
-        self._rewrite([r for r in read_jsonl(self.path) if r.get(key, -1) <= last])
+        self._rewrite([r for r in read_jsonl(self.path) if wanted(r)])
         self._fh = open(self.path, "a")
 
     def write(self, rows: list[dict[str, Any]]) -> None:
@@ -86,12 +87,19 @@ class Recorder:
             warnings.warn(f"logger failed in {method} ({type(exc).__name__}: {exc}); logging locally only")
             self.logger = Logger()
 
-    def resume_from(self, step: int) -> None:
-        """Forget records of steps after ``step`` (they are about to be recomputed)."""
-        if self.enabled:
-            self._metrics.truncate_after("train/step", step)
-            self._eval.truncate_after("step", step)
-            self._samples.truncate_after("step", step)
+    def resume_from(self, step: int, final_redone: bool = False) -> None:
+        """Forget the records about to be recomputed: those of steps after ``step`` and, with ``final_redone``, the
+        final evaluation's at ``step``. ``step=-1`` forgets them all (no checkpoint: the run starts over)."""
+        if not self.enabled:
+            return
+
+        def kept(key: str, final: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], bool]:
+            return lambda row: row[key] < step or (row[key] == step and not (final_redone and final(row)))
+
+        # an evaluation's metrics row is the one with eval/accuracy; its eval and sample rows name their phase
+        self._metrics.keep(kept("train/step", lambda row: "eval/accuracy" in row))
+        self._eval.keep(kept("step", lambda row: row.get("phase") == "final"))
+        self._samples.keep(kept("step", lambda row: row.get("phase") == "final"))
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         if self.enabled:

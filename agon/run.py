@@ -135,7 +135,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         trainer = build_trainer(cfg, run_dir, recorder, ranks, log=print if ranks.is_main else _quiet)
         if resume == "auto" and trainer.resume_latest():
             start = _start_metrics(run_dir)
-        else:
+        else:  # from step 0: whatever an interrupted start left in the records is done again
+            recorder.resume_from(-1)
             start = trainer.evaluate("start").metrics if cfg.eval.at_start else {}
         trains = method.trains and cfg.method.train
         if trains:

@@ -415,4 +415,4 @@ class Trainer:
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state(rng["cuda"])
         self.state = TrainState(**saved["state"])
-        self.recorder.resume_from(self.state.step)
+        self.recorder.resume_from(self.state.step, final_redone=self.state.step >= self.t.max_steps)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,22 @@ def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_and_the_parti
     assert "resumed from step_3" in out and not partial.exists()
     assert steps(run_dir) == [1, 2, 3, 4, 5, 6]
     assert adapter_bytes(run_dir) == adapter_bytes(straight)
+
+
+def test_sigkill_before_the_first_checkpoint_then_the_run_starts_over_and_logs_each_record_once(agon_cache, tmp_path):
+    run_dir = tmp_path / "run"
+    # an evaluation at the start, and no checkpoint until the run ends (checkpoint_minutes is 5)
+    command = [o for o in FAST if not o.startswith("eval.at_start")] + [
+        "eval.at_start=true", "trainer.max_steps=4", f"output_dir={run_dir}"]
+    kill_when(agon(command, agon_cache), lambda: 2 in steps(run_dir))
+    assert not (run_dir / "checkpoints" / "latest").exists()
+    out = finish(agon(command, agon_cache))
+    assert "resumed" not in out
+    assert steps(run_dir) == [1, 2, 3, 4]
+    evaluations = [r["train/step"] for r in run_files.read_jsonl(run_dir / run_files.METRICS) if "eval/accuracy" in r]
+    assert evaluations == [0, 4]
+    rows = Counter(r["phase"] for r in run_files.read_jsonl(run_dir / run_files.EVAL))
+    assert rows["start"] == rows["final"] > 0  # the start's evaluation once, as large as the final one
 
 
 def test_an_interrupted_two_cell_sweep_launched_again_runs_only_the_second_cell(agon_cache, tmp_path):
