@@ -203,6 +203,15 @@ def test_every_cell_of_every_grid_composes(name):
         raise AssertionError(f"sweeps/{name}.yaml has no check here")
 
 
+@pytest.mark.parametrize("name", [g for g in GRIDS if g.startswith("results_")])
+def test_a_results_cell_has_one_directory_however_it_is_launched(name):
+    """A results sweep names a cell's directory by its overrides alone, not the job number, so a cell run on its own
+    (a missing seed, a cell added) and the same cell from the whole sweep resume or skip in one directory."""
+    alone = _compose_sweep(SWEEPS, name, ["seed=2", "experiment=hidden"], hydra=True)
+    within = _compose_sweep(SWEEPS, name, ["experiment=hidden", "seed=2", "hydra.job.num=7"], hydra=True)
+    assert alone.hydra.sweep.subdir == within.hydra.sweep.subdir == "experiment=hidden,seed=2"
+
+
 def test_a_grid_with_an_unknown_option_fails_to_compose(tmp_path):
     """The grid check composes: a typo in a sweep value fails it, which reading the YAML as text would not."""
     (tmp_path / "typo.yaml").write_text(
