@@ -69,5 +69,5 @@ class LearningWatch:
         counts = ", ".join(f"{r} {n}" for r, n in (limited or {}).items() if n)
         return (f"[agon] step {step}: prompts too long for the model's context with trainer.max_new_tokens="
                 f"{self.max_new_tokens} ({counts}); they were sampled with the room left, or not at all when the "
-                f"prompt alone filled it (metric role/<role>/context_limited). Lower trainer.max_new_tokens or shorten "
-                f"the prompts.")
+                f"prompt alone filled it (metric role/<role>/context_limited). Lower trainer.max_new_tokens or "
+                f"shorten the prompts.")

@@ -7,7 +7,8 @@ What one run becomes in W&B (the conventions of W&B's own sweep and grouping gui
     name      the cell's overrides (Hydra's ``override_dirname``, e.g. ``exchange=visible,reward=competitive``),
               else the run directory's name
     job_type  ``train``
-    tags      ``method=..``, ``reward=..``, ``exchange=..``, ``rotation=..``, ``init=..``, ``task=..`` + ``logger.tags``
+    tags      ``method=..``, ``reward=..``, ``exchange=..``, ``rotation=..``, ``init=..``, ``task=..``, and
+              ``logger.tags``
     config    the resolved Hydra config;  dir: the run directory (W&B writes ``<run_dir>/wandb/``)
     history   every ``metrics.jsonl`` row, plotted against ``train/step`` (``define_metric("*", step_metric=...)``)
     tables    sample rollouts at each evaluation under ``rollouts/step_000040`` (one key per step, so none is
