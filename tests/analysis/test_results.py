@@ -1,0 +1,45 @@
+"""The committed results: docs/results.md's tables are what the packed runs in results/ give today.
+
+A change to the packed files, to the analysis code or to the page that makes them disagree fails here, so the
+page cannot drift from the runs it reports. Figures are not compared (their bytes depend on matplotlib's version);
+they are drawn from the same tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analysis import load_runs
+from analysis.claims import claims_markdown, claims_table
+from analysis.tables import write_tables
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS = sorted(p.name for p in (REPO / "results").iterdir() if p.is_dir()) if (REPO / "results").is_dir() else []
+
+
+def test_every_packed_task_has_its_figures_and_a_section_of_the_page():
+    assert TASKS == ["arithmetic_hard", "products"]
+    page = (REPO / "docs" / "results.md").read_text()
+    for task in TASKS:
+        assert f"results/{task}/accuracy_grid.png" in page
+        assert (REPO / "docs" / "results" / task / "accuracy_grid.png").is_file()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
+    data = load_runs(REPO / "results" / task)
+    # every cell of the design, 3 seeds each, each run finished
+    assert len(data.runs) == 30 and (data.runs["status"] == "complete").all()
+    assert data.runs.groupby("cell").size().eq(3).all() and data.runs["cell"].nunique() == 10
+    write_tables(data, tmp_path)
+    (tmp_path / "claims.md").write_text(claims_markdown(claims_table(data.runs)))
+    committed = REPO / "docs" / "results" / task
+    page = (REPO / "docs" / "results.md").read_text()
+    for name in ("table.md", "diagnostic.md", "claims.md"):
+        assert (tmp_path / name).read_text() == (committed / name).read_text(), f"docs/results/{task}/{name}"
+    # the page quotes the tables as drawn: the results table (less its caption) and the claims, row for row
+    table_rows = (tmp_path / "table.md").read_text().split("\n\n", 1)[1].strip()
+    assert table_rows in page
+    assert (tmp_path / "claims.md").read_text().strip() in page
