@@ -74,16 +74,34 @@ def test_every_method_runs_end_to_end_and_its_summary_is_its_eval_rows(agon_cach
     assert (run_dir / "adapters" / "A" / "adapter_model.safetensors").exists()
 
 
+def _paired_gain(rows: list[dict], orders: list[str]) -> tuple[float, float]:
+    """Final minus start pass@1 of ``orders``, paired by problem: the mean gain and its standard error."""
+    by_problem: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        if r["stage"] == "final" and r["order"] in orders:
+            by_problem.setdefault(r["problem_id"], {}).setdefault(r["phase"], []).append(float(r["correct"]))
+    gains = [_mean(p["final"]) - _mean(p["start"]) for p in by_problem.values()]
+    mean = _mean(gains)
+    sd = (sum((g - mean) ** 2 for g in gains) / (len(gains) - 1)) ** 0.5
+    return mean, sd / len(gains) ** 0.5
+
+
 def test_training_raises_heldout_accuracy(agon_cache, tmp_path):
     """The default method (Agon) on the test world: 40 steps raise the cascade's held-out pass@1.
 
-    Measured when this test was written (100 held-out problems x 4 samples): 44.1% -> 61.3% with seed 0 and
-    45.8% -> 63.3% with seed 1, about 25 s of training. The bar is half that gain."""
+    Measured (100 held-out problems x 4 samples): 44.1% -> 61.3% with seed 0 and 45.8% -> 63.3% with seed 1 on
+    one machine; 52.3% -> 58.3% and 52.8% -> 62.1% on another, whose CPU gives the warm start other rounding (the
+    world, and so every sample, differs). So the bar is not a fixed gain but one the evaluation's noise cannot
+    give: start and end are compared problem by problem, and the gain must exceed 1.65 of its standard errors
+    (2.7 points here; an update that learns nothing passes about 1 time in 20)."""
     cfg = compose_config(TEST_WORLD + LEARNING + ["logger=none", "progress=false"])
     cfg.output_dir = str(tmp_path / "run")
     summary = run(cfg)
     assert summary["eval/n_problems"] == 100 and summary["eval/samples"] == 4
-    assert summary["eval/accuracy"] >= summary["eval/accuracy_at_start"] + 0.08, summary
+    rows = read_jsonl(Path(cfg.output_dir) / "eval.jsonl")
+    gain, se = _paired_gain(rows, summary["eval/headline_orders"])
+    assert gain == pytest.approx(summary["eval/accuracy"] - summary["eval/accuracy_at_start"])
+    assert gain > 1.65 * se and gain > 0.03, (gain, se, summary)
     # both adapters got better on their own, not only the cascade
     metrics = read_jsonl(Path(cfg.output_dir) / "metrics.jsonl")
     start = next(r for r in metrics if r["train/step"] == 0 and "eval/solo_acc_A" in r)

@@ -188,8 +188,10 @@ def test_the_update_equals_a_plain_reference(step_cfg, tiny_base, tmp_path, case
     method = overrides.pop("method", "agon")
     step_cfg.method.name = method
     t = step_cfg.trainer
-    # a clip far below the raw gradient norm, so every update is clipped and a missing or shared clip shows
-    t.max_grad_norm = 0.005
+    # a clip far below the raw gradient norm, so every update is clipped and a missing or shared clip shows. With 8
+    # problems most groups can have no reward spread, and then a second iteration's gradient was seen at 0.0046:
+    # 1e-4 keeps the clip active on any batch that has a gradient at all
+    t.max_grad_norm = 1e-4
     for key, value in overrides.items():
         t[key] = value
     adapters = get_method(method).adapters
@@ -218,11 +220,13 @@ def test_the_update_equals_a_plain_reference(step_cfg, tiny_base, tmp_path, case
     for a in adapters:
         assert stats[f"adapter/{a}/grad_norm"] > 2 * t.max_grad_norm, stats  # the clip must be active
         grads = [p.grad for p in ours.parameters(a)]
-        # clipped per adapter: each adapter's own gradient norm is the clip, whatever the other's was
+        # clipped per adapter: each adapter's own gradient norm is the clip, whatever the other's was (torch scales by
+        # max_norm / (norm + 1e-6), which is 2e-4 short of max_norm at a raw norm of 0.005)
+        raw = stats[f"adapter/{a}/grad_norm"]
         torch.testing.assert_close(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])),
-                                   torch.tensor(t.max_grad_norm), rtol=1e-4, atol=0)
+                                   torch.tensor(t.max_grad_norm * raw / (raw + 1e-6)), rtol=1e-5, atol=0)
         for g, h in zip(grads, [p.grad for p in twin.parameters(a)]):
-            torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-7)
+            torch.testing.assert_close(g, h, rtol=1e-4, atol=2e-5 * t.max_grad_norm)
         # Adam turns a gradient entry near zero into a step of any size up to lr, so rounding noise in such an
         # entry (micro-batches sum in another order) moves the weight by a fraction of lr: compare at 1% of lr
         for (n, x), (_, y) in zip(ours.lora_state(a).items(), twin.lora_state(a).items()):
