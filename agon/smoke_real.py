@@ -3,7 +3,8 @@
 A randomly initialised model with Qwen3-0.6B's configuration and a tokenizer with Qwen3's special tokens, thinking
 chat template and vocabulary size (``agon.qwen3_shape``, built once and cached) is loaded through
 ``from_pretrained`` by ``python -m agon.run experiment=paper_deepmath debug=smoke_real model.path=<dir>``, in a
-child process: bfloat16, gradient checkpointing, micro-batches, the paper's reward and LoRA rank, DeepMath grading
+child process: bfloat16 (float32 on a CPU without native bfloat16 matmul, where bfloat16 would take hours),
+gradient checkpointing, micro-batches, the paper's reward and LoRA rank, DeepMath grading
 on a small local file. Two Agon steps and one cascade evaluation on two problems with up to 64 new tokens. It prints
 and writes (``smoke_real.json``) seconds per step, the peak resident memory of the run's process and of its process
 tree (graders included), and the adapter pair's share of the base parameters at r=8 and r=16.
@@ -24,6 +25,9 @@ import time
 from pathlib import Path
 
 import psutil
+import torch
+
+from agon.policies import cpu_has_fast_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DATA = ROOT / "tests" / "tasks" / "fixtures" / "deepmath.jsonl"
@@ -94,8 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         model_dir = args.model_path
     run_dir = args.out.resolve() / time.strftime("%Y%m%d-%H%M%S")
+    dtype = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("model.dtype=")), "bfloat16")
+    overrides = list(args.overrides)
+    if dtype == "bfloat16" and not torch.cuda.is_available() and not cpu_has_fast_bf16():
+        # the path is the same in float32; bfloat16 here would take hours, not minutes
+        dtype = "float32"
+        overrides.append("model.dtype=float32")
+        print("[smoke-real] this CPU has no native bfloat16 matmul (torch's fallback is about 90x slower than "
+              "float32): running in float32", flush=True)
     cmd = [sys.executable, "-m", "agon.run", "experiment=paper_deepmath", "debug=smoke_real", "logger=none",
-           f"model.path={model_dir}", f"task.source={args.source}", f"output_dir={run_dir}", *args.overrides]
+           f"model.path={model_dir}", f"task.source={args.source}", f"output_dir={run_dir}", *overrides]
     print("[smoke-real]", " ".join(cmd[1:]), flush=True)
     code, seconds, peak, peak_tree = run_measured(cmd, dict(os.environ))
     if code != 0:
@@ -111,14 +123,14 @@ def main(argv: list[str] | None = None) -> int:
         lora, base = adapter_share(Path(model_dir), rank)
         shares[rank] = 2 * lora / base
     report = {
-        "model_dir": str(model_dir), "run_dir": str(run_dir), "threads": os.cpu_count(),
+        "model_dir": str(model_dir), "run_dir": str(run_dir), "threads": os.cpu_count(), "dtype": dtype,
         "seconds_total": seconds, "seconds_per_step": step_s, "generation_seconds_per_step": gen_s,
         "peak_rss_gib": peak / 2**30, "peak_tree_rss_gib": peak_tree / 2**30,
         "adapter_pair_share": {f"r{r}": s for r, s in shares.items()},
         "train_steps": summary["train/steps"], "eval_final_trace_tokens": summary["eval/final_trace_tokens"],
     }
     (args.out / "smoke_real.json").write_text(json.dumps(report, indent=2))
-    print(f"[smoke-real] Qwen3-0.6B shape ({model_dir.name if args.model_path is None else model_dir}), bf16, "
+    print(f"[smoke-real] Qwen3-0.6B shape ({model_dir.name if args.model_path is None else model_dir}), {dtype}, "
           f"gradient checkpointing, micro-batches of 2: {summary['train/steps']} Agon steps and one cascade "
           f"evaluation in {seconds:.0f}s")
     print(f"[smoke-real] seconds per step: {', '.join(f'{s:.1f}' for s in step_s)} "
