@@ -35,7 +35,6 @@ SAMPLE_DATA = ROOT / "tests" / "tasks" / "fixtures" / "deepmath.jsonl"
 
 def adapter_share(model_dir: Path, rank: int) -> tuple[int, int]:
     """(parameters of one all-linear LoRA adapter at ``rank``, base parameters), counted on the meta device."""
-    import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -4,6 +4,7 @@ resume of an interrupted run, and re-evaluation of a finished one."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -81,9 +82,7 @@ def _paired_gain(rows: list[dict], orders: list[str]) -> tuple[float, float]:
         if r["stage"] == "final" and r["order"] in orders:
             by_problem.setdefault(r["problem_id"], {}).setdefault(r["phase"], []).append(float(r["correct"]))
     gains = [_mean(p["final"]) - _mean(p["start"]) for p in by_problem.values()]
-    mean = _mean(gains)
-    sd = (sum((g - mean) ** 2 for g in gains) / (len(gains) - 1)) ** 0.5
-    return mean, sd / len(gains) ** 0.5
+    return _mean(gains), statistics.stdev(gains) / len(gains) ** 0.5
 
 
 def test_training_raises_heldout_accuracy(agon_cache, tmp_path):
