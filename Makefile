@@ -84,8 +84,32 @@ bench: install ## ratios measured side by side, equal work: Agon vs GRPO step, a
 smoke-real: install ## the real code path at Qwen3-0.6B's exact shape on CPU: 2 Agon steps, one evaluation
 	$(PY) -m agon.smoke_real $(ARGS)
 
-bench-gpu: install ## Agon step time, tokens/s and peak GPU memory at Qwen3-0.6B's shape (needs CUDA)
-	$(PY) -m agon.bench_gpu $(ARGS)
+# the GPU check (docs/gpu.md): no install step, so it runs on a bare GPU image with the wheels of `make gpu-wheels`;
+# .venv's interpreter where there is one, else python3
+GPU_OUT ?= build/bench-gpu
+GPU_WHEELS ?= build/gpu-wheels
+# what agon's path to the GPU check imports and a bare image (torch, transformers, peft, accelerate) lacks
+GPU_WHEEL_PACKAGES := hydra-core omegaconf antlr4-python3-runtime
+# the bare image, imitated by `make gpu-check-bare`
+BARE_VENV ?= build/bare-venv
+BARE_PACKAGES ?= "$(TORCH)" "transformers==5.17.*" peft accelerate
+
+bench-gpu: ## the GPU check (CUDA): collectives, 16k-token scoring, an Agon step, into build/bench-gpu/
+	PYTHON=$(if $(wildcard $(PY)),$(PY),python3) GPU_WHEELS=$(GPU_WHEELS) bash tools/gpu_check.sh $(GPU_OUT) $(ARGS)
+
+gpu-wheels: install ## wheels of .venv's hydra-core, omegaconf, antlr4 for a bare GPU image, into build/gpu-wheels
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(PY) -m pip wheel -q --no-deps -w $(GPU_WHEELS) $$($(PY) -c 'import importlib.metadata as m, sys; \
+		print(" ".join(f"{p}=={m.version(p)}" for p in sys.argv[1:]))' $(GPU_WHEEL_PACKAGES))
+	@ls -l $(GPU_WHEELS) && du -ch $(GPU_WHEELS)/*.whl | tail -1
+
+gpu-check-bare: gpu-wheels ## the GPU check's --cpu-check in a venv like a bare GPU image, with only the wheels added
+	test -x $(BARE_VENV)/bin/python || python3 -m venv $(BARE_VENV)
+	$(BARE_VENV)/bin/python -c "import torch, transformers, peft, accelerate" 2>/dev/null || \
+		$(BARE_VENV)/bin/python -m pip install -q $(BARE_PACKAGES)
+	! $(BARE_VENV)/bin/python -c "import hydra" 2>/dev/null || { echo "$(BARE_VENV) has hydra: not bare"; exit 1; }
+	time PYTHON=$(BARE_VENV)/bin/python GPU_WHEELS=$(GPU_WHEELS) bash tools/gpu_check.sh build/bench-gpu-bare \
+		--cpu-check $(ARGS)
 
 config: install ## print the resolved default config
 	$(PY) -m agon.run --cfg job $(ARGS)
@@ -94,3 +118,4 @@ clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
 	rm -rf outputs multirun figures smoke-real .pytest_cache
 
 .PHONY: help install sandbox-deps vllm-install test-vllm run run-ddp test test-full sweep figures mutation bench smoke-real bench-gpu config clean
+.PHONY: gpu-wheels gpu-check-bare

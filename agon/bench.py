@@ -1,6 +1,6 @@
 """``make bench``: how fast agon's training step is, measured side by side, with equal work on both sides.
 
-Three parts, each measured within one run so the machine's speed cancels out of its ratio (``--only`` picks some):
+Its parts, each measured within one run so the machine's speed cancels out of its ratio (``--only`` picks some):
 
 ``agon-vs-grpo``: an Agon step (drafts and challenges, then an update of each role's adapter) against agon's own
 vanilla GRPO step (drafts, then one update) on the same batch. Both trainers are built the way ``agon.run`` builds
@@ -19,7 +19,9 @@ timed over ``--steps`` steps. Reported: the ratio of median step times (TRL / ag
 ``memory``: the memory of scoring (per-token log-probabilities, forward and backward) at Qwen3's vocabulary of
 151,936 for one batch of 4 sequences x 1,024 completion tokens, on a 2-layer model of Qwen3-0.6B's width: agon's
 chunked ``selective_logps`` from hidden states against the straightforward full float32 log-softmax of the whole
-logits, each in its own process (peak resident memory, ``ru_maxrss``), so neither inherits the other's allocations.
+logits, each in its own process, so neither inherits the other's allocations (peak resident memory: the process's
+own high-water mark, Linux's ``VmHWM``; not ``ru_maxrss``, which Linux carries from a parent into its children, so
+that after the other parts every child would report at least the bench's own size).
 
 ``engines``: generation alone, the same batch (one step's drafts: ``prompts_per_step`` x ``num_generations``
 prompts of the offline world) sampled by the ``hf`` engine and by vLLM (``generation.engine=vllm``, in this process
@@ -28,6 +30,20 @@ name), taking turns for ``--engine-rounds`` rounds after one warm-up call each. 
 their ratio, and the sampler mismatch of vLLM's completions: the mean and max |log-prob| difference between vLLM's
 log-probs and the trainer's for the same tokens (what ``trainer.vllm_importance_sampling_*`` corrects). On a CPU the
 ratio says little (vLLM's CPU LoRA kernels, a model of 1M parameters); the number that matters there is the mismatch.
+
+``length-skew``: the update (forward, GRPO loss, backward) of one length-skewed batch, ``--skew-rows`` rows of which
+``--skew-long-rows`` are ``--skew-long-tokens`` completion tokens long, spread through the batch, and the rest at most
+48, on a random Qwen3-architecture model (128 wide, 4 layers) with one LoRA: the same rows cut two ways. Before:
+contiguous slices in the batch's order within the token budget (``policies.token_batches``), so each long row pads
+its neighbours to its length and brings an attention mask. After: ``RoleBatch.micro_batches``, rows sorted by length,
+rows of ``solo_row_tokens`` or more alone with no padding and no mask. The budget and the solo threshold are the paper
+preset's at 16k-token traces scaled by the long rows' length (65,536 and 8,192 at 16,384: 4 and 1/2 long rows).
+Seconds are taken in this process, the two taking turns for ``--skew-rounds`` rounds after one warm-up round each;
+peak memory is each side's one update alone in its own process (peak resident memory, as ``memory``). Reported:
+the ratios after / before of median seconds, of peak memory and of how far the update raises the peak above that of
+building the model and the batch (NaN where it does not raise it at all), and the tokens each side computes (rows x
+padded width). Equal work: both sides score every row once and must give the same gradient (up to the order of
+float sums), else ``UNEQUAL WORK``.
 
 ``sandbox``: the sandbox's cost per program, a correct "hello world" run ``--sandbox-runs`` times (median) through
 ``LocalSandbox`` (bubblewrap, a uid, a cgroup and a seccomp filter per run) and through the same monitor with no
@@ -53,6 +69,8 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
+import re
 import resource
 import statistics
 import subprocess
@@ -64,7 +82,7 @@ from typing import Any, Sequence
 
 import torch
 
-PARTS = ("agon-vs-grpo", "trl", "memory", "engines", "sandbox")
+PARTS = ("agon-vs-grpo", "trl", "memory", "length-skew", "engines", "sandbox")
 # the issue's bar: an Agon step (both roles' rollouts and updates) costs at most this many GRPO steps (one role's)
 AGON_OVER_GRPO_TARGET = 2.1
 
@@ -72,7 +90,7 @@ AGON_OVER_GRPO_TARGET = 2.1
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agon.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", choices=PARTS,
-                        help="run this part only (repeat for several; default: all three)")
+                        help="run this part only (repeat for several; default: all)")
     parser.add_argument("--agon-vs-grpo-steps", type=int, default=7, help="steps of each trainer (agon-vs-grpo)")
     parser.add_argument("--agon-vs-grpo-warmup", type=int, default=1,
                         help="leading steps left out of the medians (agon-vs-grpo)")
@@ -86,12 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=64, help="model width (trl)")
     parser.add_argument("--layers", type=int, default=4, help="model depth (trl)")
     parser.add_argument("--engine-rounds", type=int, default=5, help="timed calls of each engine (engines)")
+    parser.add_argument("--skew-rounds", type=int, default=3, help="timed updates of each side (length-skew)")
+    parser.add_argument("--skew-rows", type=int, default=24, help="rows of the batch (length-skew)")
+    parser.add_argument("--skew-long-rows", type=int, default=3, help="long rows among them (length-skew)")
+    parser.add_argument("--skew-long-tokens", type=int, default=768,
+                        help="completion tokens of each long row (length-skew)")
     parser.add_argument("--sandbox-runs", type=int, default=20, help="hello-world runs of each sandbox (sandbox)")
     parser.add_argument("--out", type=Path, default=Path("bench.json"))
     parser.add_argument("--scoring-child", choices=["selective", "full"], help=argparse.SUPPRESS)
+    parser.add_argument("--skew-child", choices=SKEW_SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.scoring_child:  # one side of the memory comparison, alone in this process
         print(json.dumps(_score_once(args.scoring_child)))
+        return 0
+    if args.skew_child:  # one side of the length-skew memory comparison, alone in this process
+        print(json.dumps(_skew_memory_once(args.skew_child, _skew_shape(args))))
         return 0
     parts = args.only or list(PARTS)
     report: dict[str, Any] = {"setup": _environment(argv)}
@@ -111,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         report["scoring_memory"] = memory
         report["scoring_peak_ratio_selective_over_full"] = memory["selective"]["peak_gib"] / memory["full"]["peak_gib"]
         _print_memory(memory)
+    if "length-skew" in parts:
+        skew = length_skew(_skew_shape(args), args.skew_rounds)
+        report["length_skew"] = skew
+        unequal += skew["unequal_work"]
+        _print_length_skew(skew)
     if "engines" in parts:
         both = engines_side_by_side(args.engine_rounds, args.overrides, required=args.only is not None)
         report["engines"] = both
@@ -514,7 +546,7 @@ def _score_once(kind: str) -> dict[str, float]:
     completions = [Completion("", tuple(torch.randint(0, SCORING_VOCAB, (SCORING_TOKENS,)).tolist()), True)
                    for _ in range(SCORING_ROWS)]
     batch = policies.batch_tensors([policies.render("1+2+3")] * SCORING_ROWS, completions)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = _peak_gib()
     if kind == "selective":
         logps = policies.token_logps(batch)
     else:
@@ -523,8 +555,171 @@ def _score_once(kind: str) -> dict[str, float]:
         logits = policies.model(input_ids=ids, attention_mask=attn, use_cache=False).logits
         logps = full_logps(logits[:, batch.prompt_ids.size(1) - 1 : -1], batch.completion_ids)
     logps.sum().backward()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"peak_gib": peak / 2**20, "scoring_gib": (peak - before) / 2**20}
+    peak = _peak_gib()
+    return {"peak_gib": peak, "scoring_gib": peak - before}
+
+
+def _peak_gib() -> float:
+    """This process's peak resident memory so far, in GiB: its own high-water mark (``VmHWM``), not ``ru_maxrss``,
+    which Linux keeps across fork and exec, so that a child of a large parent reports at least the parent's size.
+    ``ru_maxrss`` only where there is no /proc."""
+    with contextlib.suppress(OSError):
+        found = re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+        if found:
+            return int(found.group(1)) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the update on a length-skewed batch: contiguous micro-batches against length-sorted ones with solo long rows
+
+
+# before: today's contiguous slices in the batch's order; after: RoleBatch.micro_batches
+SKEW_SIDES = ("contiguous", "by_length")
+SKEW_HIDDEN, SKEW_LAYERS, SKEW_SHORT_MAX = 128, 4, 48
+
+
+def _skew_shape(args) -> dict[str, int]:
+    """The batch's shape and, scaled to its long rows as the paper preset's are to 16,384 tokens, the token budget
+    (4 long rows) and the solo threshold (half a long row)."""
+    long = args.skew_long_tokens
+    return {"rows": args.skew_rows, "long_rows": args.skew_long_rows, "long_tokens": long,
+            "short_max": SKEW_SHORT_MAX, "budget": 4 * long, "solo": long // 2}
+
+
+def _skew_setup(shape: dict[str, int]):
+    """(policies, batch): one LoRA on a random Qwen3-architecture model, and a RoleBatch whose long rows sit evenly
+    spaced among short ones (random completion tokens, random advantages, seeded)."""
+    from omegaconf import OmegaConf
+
+    from agon import world
+    from agon.config import LoraConfig, TinyWorldConfig
+    from agon.policies import Completion, Policies
+    from agon.role_batch import RoleBatch
+
+    tok = world.build_tokenizer()
+    tiny = TinyWorldConfig(hidden_size=SKEW_HIDDEN, num_layers=SKEW_LAYERS, num_heads=4, num_kv_heads=2,
+                           intermediate_size=3 * SKEW_HIDDEN, max_position=shape["long_tokens"] + 64)
+    model = world.build_model(tiny, len(tok), seed=0)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    policies = Policies(model, tok, ["A"], OmegaConf.structured(LoraConfig(rank=8, alpha=16)))
+    gen = torch.Generator().manual_seed(0)
+    n, spacing = shape["rows"], shape["rows"] // max(shape["long_rows"], 1)
+    long = {spacing // 2 + k * spacing for k in range(shape["long_rows"])}
+    lengths = [shape["long_tokens"] if i in long else int(torch.randint(8, shape["short_max"] + 1, (), generator=gen))
+               for i in range(n)]
+    completions = [Completion("", tuple(torch.randint(5, len(tok), (m,), generator=gen).tolist()), True)
+                   for m in lengths]
+    prompts = [policies.render(f"{i}+{2 * i}-3") for i in range(n)]
+    tokens = policies.batch_tensors(prompts, completions)
+    batch = RoleBatch(role="drafter", adapter="A", tokens=tokens, advantages=torch.randn(n, generator=gen),
+                      group_ids=torch.arange(n) // 4, batch_tokens=float(tokens.completion_mask.sum()), batch_rows=n,
+                      frac_zero_std=0.0)
+    return policies, batch
+
+
+def _skew_parts(batch, side: str, shape: dict[str, int]) -> list:
+    from agon.policies import token_batches
+
+    if side == "contiguous":
+        return [batch[part] for part in token_batches(batch.tokens.widths(), shape["budget"])]
+    return list(batch.micro_batches(shape["budget"], None, shape["solo"]))
+
+
+def _skew_update(policies, batch, parts) -> list[torch.Tensor]:
+    """One update of ``parts`` (forward, the trainer's default DAPO loss normalised by the whole batch, backward);
+    the LoRA weights' gradient."""
+    from agon.grpo import policy_loss
+
+    params = policies.parameters("A")
+    for p in params:
+        p.grad = None
+    with policies.use_adapter("A"):
+        for mb in parts:
+            logps = policies.token_logps(mb.tokens)
+            loss, _ = policy_loss(logps, logps.detach(), mb.advantages, mb.mask, loss_type="dapo", epsilon=0.2,
+                                  max_completion_length=batch.tokens.completion_ids.size(1),
+                                  num_items_in_batch=batch.batch_tokens, batch_rows=batch.batch_rows)
+            loss.backward()
+    return [p.grad.clone() for p in params]
+
+
+def _computed_tokens(parts) -> int:
+    """Rows x padded width summed over micro-batches: the tokens the forward and backward passes run on."""
+    return sum(len(mb) * (int(mb.tokens.prompt_mask.sum(1).max()) + int(mb.tokens.completion_mask.sum(1).max()))
+               for mb in parts)
+
+
+def length_skew(shape: dict[str, int], rounds: int = 3) -> dict[str, Any]:
+    """The update of one length-skewed batch cut the two ways, side by side (module docstring)."""
+    policies, batch = _skew_setup(shape)
+    parts = {side: _skew_parts(batch, side, shape) for side in SKEW_SIDES}
+    seconds: dict[str, list[float]] = {side: [] for side in SKEW_SIDES}
+    grads: dict[str, list[torch.Tensor]] = {}
+    for r in range(rounds + 1):  # round 0 warms both up
+        for side in (SKEW_SIDES if r % 2 else tuple(reversed(SKEW_SIDES))):
+            t0 = time.perf_counter()
+            grads[side] = _skew_update(policies, batch, parts[side])
+            seconds[side].append(time.perf_counter() - t0)
+    before, after = grads["contiguous"], grads["by_length"]
+    scale = max(float(g.abs().max()) for g in before)
+    grad_diff = max(float((a - b).abs().max()) for a, b in zip(after, before)) / max(scale, 1e-30)
+    unequal = []
+    for side in SKEW_SIDES:
+        rows = sorted(i for mb in parts[side] for i in (mb.rows.tolist() if mb.rows is not None else []))
+        if rows != list(range(len(batch))):
+            unequal.append(f"length-skew: {side} scored rows {rows}, not each of the {len(batch)} once")
+    if not grad_diff < 1e-4:
+        unequal.append(f"length-skew: the two sides' gradients differ by {grad_diff:.2e} of the largest entry")
+    memory = {side: _skew_memory(side, shape) for side in SKEW_SIDES}
+    median = {side: _median(seconds[side], 1) for side in SKEW_SIDES}
+    before_update = memory["contiguous"]["update_gib"]
+    ratio = {"seconds": median["by_length"] / median["contiguous"],
+             "peak_memory": memory["by_length"]["peak_gib"] / memory["contiguous"]["peak_gib"],
+             "update_memory": memory["by_length"]["update_gib"] / before_update if before_update > 0 else math.nan}
+    return {
+        "setup": {**shape, "hidden": SKEW_HIDDEN, "layers": SKEW_LAYERS, "lora_rank": 8, "rounds": rounds,
+                  "threads": torch.get_num_threads(),
+                  "rows_tokens": int(batch.tokens.prompt_mask.sum() + batch.tokens.completion_mask.sum())},
+        "micro_batches": {side: [len(mb) for mb in parts[side]] for side in SKEW_SIDES},
+        "computed_tokens": {side: _computed_tokens(parts[side]) for side in SKEW_SIDES},
+        "seconds": seconds, "median_s": median, "memory": memory, "ratio_by_length_over_contiguous": ratio,
+        "grad_max_rel_diff": grad_diff, "unequal_work": unequal,
+    }
+
+
+def _skew_memory_once(side: str, shape: dict[str, int]) -> dict[str, float]:
+    """One update of ``side`` in this process: its peak resident memory, and how far the update raised it above the
+    peak of building the model and the batch, in GiB."""
+    policies, batch = _skew_setup(shape)
+    parts = _skew_parts(batch, side, shape)
+    before = _peak_gib()
+    _skew_update(policies, batch, parts)
+    peak = _peak_gib()
+    return {"peak_gib": peak, "update_gib": peak - before}
+
+
+def _skew_memory(side: str, shape: dict[str, int]) -> dict[str, float]:
+    sizes = ["--skew-rows", str(shape["rows"]), "--skew-long-rows", str(shape["long_rows"]),
+             "--skew-long-tokens", str(shape["long_tokens"])]
+    out = subprocess.run([sys.executable, "-m", "agon.bench", "--skew-child", side, *sizes], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _print_length_skew(r: dict[str, Any]) -> None:
+    s, ratio, tokens, mem = r["setup"], r["ratio_by_length_over_contiguous"], r["computed_tokens"], r["memory"]
+    print(f"update of a length-skewed batch: {s['rows']} rows, {s['long_rows']} of {s['long_tokens']} completion "
+          f"tokens among rows of at most {s['short_max']}, {s['hidden']}x{s['layers']} Qwen3, "
+          f"LoRA r={s['lora_rank']}, budget {s['budget']} tokens, solo from {s['solo']}, {s['threads']} threads; "
+          f"median of {s['rounds']} rounds, memory in separate processes")
+    for side, label in (("contiguous", "contiguous (before)"), ("by_length", "by length, solo long rows")):
+        print(f"  {label:26} {r['median_s'][side]:7.3f} s  peak {mem[side]['peak_gib']:.2f} GiB (update "
+              f"{mem[side]['update_gib']:.3f} GiB)  {tokens[side]} tokens computed for {s['rows_tokens']}  "
+              f"micro-batches {r['micro_batches'][side]}")
+    print(f"  after/before: seconds {ratio['seconds']:.2f}x, peak memory {ratio['peak_memory']:.2f}x, memory the "
+          f"update adds {ratio['update_memory']:.2f}x; gradients agree to {r['grad_max_rel_diff']:.1e}")
 
 
 def _scoring_memory(kind: str) -> dict[str, float]:

@@ -20,6 +20,16 @@ Playing and scoring are separate: ``evaluate`` plays the pipelines, then ``summa
 played games, builds the eval.jsonl rows and the metrics, so the definitions above can be checked on games built
 by hand (tests/test_cascade.py) and the analysis fixtures are written by the same code. With several processes,
 each rank plays its share of the problems (``rollout.play_split``) and every rank summarises the whole games.
+
+Sizes: the evaluations before and after training score ``eval.n_problems`` x ``eval.samples``; those during training
+(phase ``train``) the first ``eval.interim_problems`` of them x ``eval.interim_samples`` (``eval_size``), so a curve
+can be drawn often without each point costing a full evaluation. Every logged point carries ``eval/n_problems``
+and ``eval/samples``, the size it was scored at.
+
+Progress: one bar over the completions this rank samples (total known before the first call), advanced as each
+of the engine's batches returns (a ``generate`` call of ``hf``; vLLM hands back a stage's completions at once), so a
+long evaluation shows an ETA instead of looking hung. Left out on purpose: the optional diagnostic
+(``agon.eval.diagnose``), which samples outside the bar.
 """
 
 from __future__ import annotations
@@ -61,18 +71,44 @@ def _accuracy(attempts: Sequence[Attempt] | None) -> float | None:
     return _mean([float(a.verdict.correct) for a in attempts or ()])
 
 
+def eval_size(eval_cfg: Any, phase: str) -> tuple[int, int]:
+    """(problems, samples per problem) of an evaluation in ``phase``: the interim size during training (``train``),
+    where set, else ``eval.n_problems`` x ``eval.samples``."""
+    n, k = eval_cfg.n_problems, eval_cfg.samples
+    if phase == "train":
+        n = n if eval_cfg.interim_problems is None else eval_cfg.interim_problems
+        k = k if eval_cfg.interim_samples is None else eval_cfg.interim_samples
+    return n, k
+
+
+def progress_label(phase: str, step: int) -> str:
+    """``eval start``, ``eval step 50``, ``eval final``: what the bar of an evaluation is called."""
+    return f"eval step {step}" if phase == "train" else f"eval {phase}"
+
+
 def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Problem], step: int,
-             phase: str, ranks: Ranks = Ranks(), engine: Engine | None = None) -> EvalResult:
-    """Play every pipeline of ``cfg.method`` on ``problems`` x ``cfg.eval.samples`` (sampled by ``engine``, default
-    ``hf``); metrics and eval.jsonl rows."""
+             phase: str, ranks: Ranks = Ranks(), engine: Engine | None = None, *, samples: int | None = None,
+             progress: bool = False) -> EvalResult:
+    """Play every pipeline of ``cfg.method`` on ``problems`` x ``samples`` (default ``eval.samples``; sampled by
+    ``engine``, default ``hf``); metrics and eval.jsonl rows. ``progress``: a bar over the completions on rank 0."""
+    from tqdm.auto import tqdm
+
     e = cfg.eval
+    samples = e.samples if samples is None else samples
     sampling = Sampling.from_config(e)
     evaluation = get_method(cfg.method.name).evaluation(cfg.rotation.mode)
-    games = {order_name(drafter, answerer): play_split(ranks, policies, task, cfg.model, problems, drafter=drafter,
-                                                       challenger=answerer, exchange=cfg.exchange.mode,
-                                                       group_size=e.samples, sampling=sampling,
-                                                       engine=engine)[0]
-             for drafter, answerer in evaluation.plays}
+    rows = len(ranks.split(problems)) * samples  # this rank's share: the completions its bar counts, per stage
+    total = sum(rows * (1 if answerer is False else 2) for _, answerer in evaluation.plays)
+    games: dict[str, Game] = {}
+    # an interim bar is cleared when done, so the training bar under it keeps its line
+    with tqdm(total=total, desc=progress_label(phase, step), unit="completion",
+              disable=not (progress and ranks.is_main), leave=phase != "train", dynamic_ncols=True) as bar:
+        for drafter, answerer in evaluation.plays:
+            order = order_name(drafter, answerer)
+            bar.set_postfix_str(order)
+            games[order] = play_split(ranks, policies, task, cfg.model, problems, drafter=drafter,
+                                      challenger=answerer, exchange=cfg.exchange.mode, group_size=samples,
+                                      sampling=sampling, engine=engine, on_sampled=bar.update)[0]
     return summarise(games, evaluation.headline, step=step, phase=phase)
 
 

@@ -237,6 +237,9 @@ class TrainerConfig:
     scoring_batch_tokens: int = 65_536
     # most tokens in one generate call: rows x (widest prompt + max_new_tokens), the KV cache it holds
     generation_batch_tokens: int = 262_144
+    # rows at least this long (prompt + completion) get a micro-batch of their own: no padding, no attention mask,
+    # so SDPA can take its causal flash path
+    solo_row_tokens: int = 8192
     # tokens whose logits (vocabulary wide, float32) are held at once when scoring
     logit_chunk_tokens: int = 512
     max_new_tokens: int = 72
@@ -272,15 +275,20 @@ class TrainerConfig:
     # the sampler-trainer mismatch correction when the engine gives log-probs (vLLM), TRL's names and defaults
     vllm_importance_sampling_correction: bool = True
     # token_truncate | token_mask | sequence_truncate | sequence_mask
-    vllm_importance_sampling_mode: str = "sequence_mask"
-    vllm_importance_sampling_clip_max: Optional[float] = 3.0
+    vllm_importance_sampling_mode: str = "token_truncate"
+    vllm_importance_sampling_clip_max: Optional[float] = 2.0
     vllm_importance_sampling_clip_min: Optional[float] = None
     # say the run is not learning after this many steps in a row of ...
     warn_after_steps: int = 3
     # ... at least this share of zero-spread groups in every role, or ...
     warn_zero_std_ratio: float = 0.9
-    # ... at least this share of completions cut at max_new_tokens in a role
+    # ... at least this share of completions cut at max_new_tokens in a role, or a mean sampler importance weight
+    # below this in a role (the engine's and the trainer's distributions apart: the update shrinks toward 0)
     warn_truncated_ratio: float = 0.9
+    warn_importance_ratio: float = 0.5
+    # seconds a process waits at a collective for the others before the run fails (HF's ddp_timeout): longer than
+    # the slowest rank's share of an evaluation
+    ddp_timeout: int = 10_800
 
 
 @dataclass
@@ -291,6 +299,10 @@ class EvalConfig:
     samples: int = 4
     # steps between evaluations during training (0: only before and after)
     every: int = 0
+    # the evaluations during training (every `every` steps) score the first interim_problems of the held-out
+    # problems with interim_samples each; null: n_problems and samples (the start and the end always use those)
+    interim_problems: Optional[int] = None
+    interim_samples: Optional[int] = None
     max_new_tokens: int = II("trainer.max_new_tokens")
     temperature: float = II("trainer.temperature")
     top_p: float = II("trainer.top_p")
@@ -325,8 +337,10 @@ class VLLMConfig:
 
 @dataclass
 class GenerationConfig:
-    # hf | vllm
+    # hf | hf_continuous | vllm
     engine: str = "hf"
+    # the engine used when `engine` is vllm and vLLM is not installed; null: fail before the model loads
+    fallback: Optional[str] = None
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 
@@ -529,6 +543,8 @@ def validate(cfg: DictConfig) -> None:
     _one_of("model.dtype", cfg.model.dtype, DTYPES)
     _one_of("task.kind", cfg.task.kind, list(TASKS))
     _one_of("generation.engine", cfg.generation.engine, list(ENGINES))
+    if cfg.generation.fallback is not None:
+        _one_of("generation.fallback", cfg.generation.fallback, [n for n in ENGINES if n != "vllm"])
     _one_of("generation.vllm.placement", cfg.generation.vllm.placement, PLACEMENTS)
     _one_of("trainer.vllm_importance_sampling_mode", t.vllm_importance_sampling_mode, SAMPLER_CORRECTIONS)
     if not 0 < cfg.generation.vllm.gpu_memory_utilization <= 1:
@@ -555,6 +571,11 @@ def validate(cfg: DictConfig) -> None:
     ):
         if value < (0 if key == "trainer.max_steps" else 1):
             raise ConfigError(f"{key}={value} must be positive")
+    for key, value in (("eval.interim_problems", e.interim_problems), ("eval.interim_samples", e.interim_samples)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{key}={value} must be positive (or null: the full evaluation's)")
+    if t.ddp_timeout < 1:
+        raise ConfigError(f"trainer.ddp_timeout={t.ddp_timeout} must be a positive number of seconds")
     if t.micro_batch_size is not None and t.micro_batch_size < 1:
         raise ConfigError(f"trainer.micro_batch_size={t.micro_batch_size} must be positive (or null)")
     for key, budget, new in (("trainer.generation_batch_tokens", t.generation_batch_tokens, t.max_new_tokens),

@@ -15,7 +15,14 @@ processes; each builds ``Ranks.from_env`` and from then on:
 This is data parallelism as DDP does it (same replicas, gradients all-reduced once per step) but without the DDP
 wrapper: two adapters take turns in one module, gradient checkpointing re-enters the forward, and a role's rows may
 leave the other adapter unused, all of which DDP's per-backward hooks handle badly; one explicit reduction after
-both roles' backward passes is also the fewest collectives. gloo on CPU, NCCL on GPUs (accelerate's choice).
+both roles' backward passes is also the fewest collectives.
+
+The process group is started here, not by accelerate, for two reasons. On GPUs accelerate picks NCCL alone, which
+serves only CUDA tensors, while some of what the ranks exchange stays on the CPU (the trainer's loss statistics,
+float64); so the group gets NCCL for CUDA tensors and gloo for CPU ones (``process_group_backend``), and gloo alone
+on CPUs. And NCCL gives up on a collective after 10 minutes, while one rank's share of an evaluation can take hours
+longer than another's: the group waits ``trainer.ddp_timeout`` instead. accelerate then finds the group started and
+starts none of its own; its state (rank, device) and its collectives work on this one.
 
 With one process (the default) nothing here imports accelerate or touches ``torch.distributed``: every method is
 the identity.
@@ -28,11 +35,27 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Sequence, TypeVar
 
 import torch
 
 T = TypeVar("T")
+
+
+def process_group_backend(device_type: str) -> str:
+    """The process group's backend for ranks whose model is on ``device_type``: on GPUs NCCL for CUDA tensors and
+    gloo for CPU ones (NCCL serves only CUDA tensors; verl starts its groups the same way), gloo alone on CPUs."""
+    return "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
+
+
+def _set_group_timeout(timeout_s: float) -> None:
+    """Make every later collective of the started process group wait up to ``timeout_s`` for the other ranks."""
+    # private, but torch's one call that changes a started group's timeout on each of its backends (gloo and NCCL
+    # alike): the group starts before Hydra composes the config that holds trainer.ddp_timeout
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+
+    _set_pg_timeout(timedelta(seconds=timeout_s))
 
 
 def launched_world_size() -> int:
@@ -62,14 +85,33 @@ class Ranks:
     device: torch.device | None = None
 
     @classmethod
-    def from_env(cls, device_choice: str = "auto") -> "Ranks":
+    def from_env(cls, device_choice: str = "auto", timeout_s: float | None = None) -> "Ranks":
         """This process's place, from the launcher's environment; a single process without it. ``device_choice`` is
-        ``model.device``: ``cpu`` keeps every rank on the CPU (gloo), otherwise each rank takes its local GPU."""
+        ``model.device``: ``cpu`` keeps every rank on the CPU (gloo), otherwise each rank takes its local GPU.
+        ``timeout_s``: how long a collective waits for the other ranks (``trainer.ddp_timeout``). The first call
+        starts the process group (None: the config's default timeout); a later one returns the same place and sets
+        the timeout, if given."""
         if launched_world_size() == 1:
             return cls()
+        import torch.distributed as dist
         from accelerate import PartialState
 
-        state = PartialState(cpu=device_choice == "cpu" or not torch.cuda.is_available())
+        on_cpu = device_choice == "cpu" or not torch.cuda.is_available()
+        if dist.is_initialized():
+            if timeout_s is not None:
+                _set_group_timeout(timeout_s)
+        else:
+            if not on_cpu:
+                # NCCL binds each rank to the current device: this rank's own GPU, as PartialState will choose it
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+            if timeout_s is None:
+                from agon.config import TrainerConfig
+
+                timeout_s = TrainerConfig.ddp_timeout
+            # before PartialState, which starts no group of its own when one exists
+            dist.init_process_group(backend=process_group_backend("cpu" if on_cpu else "cuda"),
+                                    timeout=timedelta(seconds=timeout_s))
+        state = PartialState(cpu=on_cpu)
         if device_choice == "cpu" and state.device.type != "cpu":
             raise RuntimeError("model.device=cpu with several processes on a machine with GPUs: hide them "
                                "(CUDA_VISIBLE_DEVICES=) so that every rank uses the CPU and gloo")

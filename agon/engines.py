@@ -6,6 +6,9 @@ tokens' log-probabilities after temperature. Engines are looked up by ``generati
 
 - ``hf``: transformers' ``generate`` on the trainer's own PEFT model (``Policies.sample``). The default, and what
   the offline world uses: nothing to publish, the adapters sampled are the ones being trained.
+- ``hf_continuous``: transformers' continuous batching (``generate_batch``) on the same model: rows that finish
+  give their cache to waiting ones, so long, uneven completions do not hold a batch to its longest row. What the
+  paper presets fall back to (``generation.fallback``) where vLLM is not installed.
 - ``vllm``: vLLM's multi-LoRA serving. One copy of the base with LoRA enabled; adapters A and B are two LoRA
   slots, and each call names its slot. vLLM keeps an adapter by its integer id, so a changed adapter is written
   to a new directory and loaded under a new id before the next call that uses it, and the old one is removed
@@ -36,7 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from agon.distributed import Ranks
 from agon.policies import Completion, Policies, model_source
@@ -78,13 +81,20 @@ class Sampling:
         return cls(node.max_new_tokens, node.temperature, node.top_p, node.top_k, node.generation_batch_tokens)
 
 
+# told the number of completions each time some are sampled (a progress bar's update)
+OnSampled = Callable[[int], object] | None
+
+
 class Engine:
     """Samples completions of the adapters of ``policies``; ``close`` frees what it holds."""
 
     def __init__(self, policies: Policies, cfg: Any = None, ranks: Ranks = Ranks(), log: Callable = print):
         self.policies = policies
 
-    def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling) -> list[Completion]:
+    def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling,
+               on_sampled: OnSampled = None) -> list[Completion]:
+        """One completion per prompt; ``on_sampled(n)`` as the engine's own batches of ``n`` return (all of them
+        together, for an engine that returns them at once)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -95,19 +105,84 @@ ENGINES: Registry[type[Engine]] = Registry("generation.engine")
 register_engine = ENGINES.register
 
 
+def engine_name(cfg: Any) -> str:
+    """The engine a run samples with: ``generation.engine``, or ``generation.fallback`` when the engine is vLLM and
+    vLLM is installed neither here nor at the worker's python (the paper presets: vLLM where a GPU cluster has it,
+    transformers' continuous batching where it does not)."""
+    g = cfg.generation
+    if g.engine == "vllm" and g.fallback:
+        try:
+            vllm_placement(cfg)
+        except EngineError:
+            return g.fallback
+    return g.engine
+
+
 def build_engine(cfg: Any, policies: Policies, ranks: Ranks = Ranks(), log: Callable = print) -> Engine:
-    """The engine ``generation.engine`` names, over ``policies``."""
-    return ENGINES.get_or_raise(cfg.generation.engine)(policies, cfg, ranks, log)
+    """The engine ``engine_name`` picks, over ``policies``."""
+    name = engine_name(cfg)
+    if name != cfg.generation.engine:
+        log(f"[engine] generation.engine={cfg.generation.engine}: vLLM is not installed here nor at the worker's "
+            f"python ({worker_python(cfg.generation.vllm)}); sampling with generation.fallback={name} instead")
+    return ENGINES.get_or_raise(name)(policies, cfg, ranks, log)
 
 
 @register_engine("hf")
 class HFEngine(Engine):
     """transformers' ``generate`` on the trainer's model, the active adapter switched per call."""
 
-    def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling) -> list[Completion]:
+    def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling,
+               on_sampled: OnSampled = None) -> list[Completion]:
         return self.policies.sample(prompts, adapter, max_new_tokens=sampling.max_new_tokens,
                                     temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                                    batch_tokens=sampling.batch_tokens, ignore_eos=sampling.ignore_eos)
+                                    batch_tokens=sampling.batch_tokens, ignore_eos=sampling.ignore_eos,
+                                    on_sampled=on_sampled)
+
+
+@register_engine("hf_continuous")
+class HFContinuousEngine(Engine):
+    """transformers' continuous batching (``generate_batch``) on the trainer's model, the active adapter switched per
+    call: a paged KV cache that a finished row hands to a waiting one, so a call costs about its total tokens, not
+    its rows times the longest row (``generate`` runs every row of a batch until the last one ends). The fallback of
+    the paper presets where vLLM is not installed; its sampler reports no log-probs (no correction applies)."""
+
+    def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling,
+               on_sampled: OnSampled = None) -> list[Completion]:
+        from transformers import GenerationConfig
+
+        p = self.policies
+        ids = p.prompt_ids(prompts)
+        room = p.room([len(x) for x in ids], sampling.max_new_tokens)
+        out = [Completion("", (), truncated=True, context_limited=True)] * len(prompts)
+        sampled = sampling.temperature > 0
+        for budget in sorted({r for r in room if r > 0}):  # one call per budget: the rows near the context's end
+            rows = [i for i, r in enumerate(room) if r == budget]
+            config = GenerationConfig(
+                do_sample=sampled, max_new_tokens=budget, pad_token_id=p.tokenizer.pad_token_id,
+                # -1 is continuous batching's "never stop" (as generate's None)
+                eos_token_id=-1 if sampling.ignore_eos else sorted(p.end_ids),
+                **(dict(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+                   if sampled else {}))
+            was_training = p.model.training
+            p.model.eval()
+            try:
+                with p.use_adapter(adapter):
+                    results = list(p.model.generate_batch([ids[i] for i in rows], generation_config=config,
+                                                          max_new_tokens=budget).values())
+            finally:
+                p.model.train(was_training)
+            failed = [r.error for r in results if r.error is not None]
+            if len(results) != len(rows) or failed:
+                raise EngineError(f"transformers' continuous batching returned {len(results)} of {len(rows)} "
+                                  f"completions ({len(failed)} failed: {failed[:1]})")
+            for i, result in zip(rows, results):
+                c = p.completion(prompts[i], result.generated_tokens, sampling.ignore_eos)
+                out[i] = dataclasses.replace(c, context_limited=budget < sampling.max_new_tokens)
+            if on_sampled is not None:
+                on_sampled(len(rows))
+        if on_sampled is not None and len(prompts) - sum(r > 0 for r in room):
+            on_sampled(len(prompts) - sum(r > 0 for r in room))  # the prompts that left no room: done, unsampled
+        return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -144,6 +219,29 @@ def vllm_placement(cfg: Any) -> str:
                       f"interpreter that has it.")
 
 
+def worker_gpu(device_index: int | None, visible: str | None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` of a worker serving the rank whose model is on ``cuda:<device_index>``: that one
+    GPU, named as the trainer's own ``visible`` list names it (SLURM and most schedulers set one), else its index."""
+    index = device_index or 0
+    names = [n for n in (visible or "").split(",") if n.strip()]
+    if not names:
+        return str(index)
+    if index >= len(names):
+        raise EngineError(f"the model is on cuda:{index} but CUDA_VISIBLE_DEVICES={visible!r} lists {len(names)} "
+                          f"GPU(s)")
+    return names[index].strip()
+
+
+def worker_env(inherited: Mapping[str, str], defaults: Mapping[str, str], forced: Mapping[str, str]) -> dict[str, str]:
+    """The worker's environment: the trainer's, less the launcher's rank variables, plus ``defaults`` where the
+    trainer's environment does not set them (a user's own vLLM settings win) and ``forced`` over everything (the
+    rank's GPU: an inherited list would put every rank's worker on the first GPU)."""
+    env = {k: v for k, v in inherited.items() if k not in LAUNCHER_VARS}
+    env.update({k: v for k, v in defaults.items() if k not in inherited})
+    env.update(forced)
+    return env
+
+
 class _InProcess:
     def __init__(self, env: dict[str, str], kwargs: dict[str, Any]):
         from agon.vllm_worker import VLLMServer
@@ -177,12 +275,12 @@ class _InProcess:
 class _Worker:
     """``agon/vllm_worker.py`` in its own interpreter, spoken to over a socket pair (pickled plain values)."""
 
-    def __init__(self, python: str, env: dict[str, str], kwargs: dict[str, Any], log_path: Path, timeout_s: float):
+    def __init__(self, python: str, env: dict[str, str], kwargs: dict[str, Any], log_path: Path, timeout_s: float,
+                 forced_env: Mapping[str, str] = {}):
         from multiprocessing.connection import Connection
 
         ours, theirs = socket.socketpair()
-        child_env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-        child_env.update({k: v for k, v in env.items() if k not in os.environ})
+        child_env = worker_env(os.environ, env, forced_env)
         self.log_path = log_path
         with open(log_path, "wb") as out:
             self.proc = subprocess.Popen([python, str(WORKER), "--fd", str(theirs.fileno())],
@@ -254,15 +352,14 @@ class VLLMEngine(Engine):
                       # prompts in and completions out are token ids: vLLM never needs the tokenizer
                       skip_tokenizer_init=True, external_launcher=placement == "inprocess" and ranks.world > 1)
         env = {"VLLM_CPU_KVCACHE_SPACE": str(v.cpu_kv_cache_gib)} if device.type == "cpu" else {}
+        forced = {}
         if device.type == "cuda" and placement == "worker":  # the worker sees this rank's GPU only
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-            index = device.index or 0
-            env["CUDA_VISIBLE_DEVICES"] = visible[index] if visible != [""] else str(index)
+            forced["CUDA_VISIBLE_DEVICES"] = worker_gpu(device.index, os.environ.get("CUDA_VISIBLE_DEVICES"))
         self.workdir = Path(tempfile.mkdtemp(prefix="agon-vllm-"))
         t0 = time.time()
         try:
             self.backend = _InProcess(env, kwargs) if placement == "inprocess" else _Worker(
-                worker_python(v), env, kwargs, self.workdir / "worker.log", v.start_timeout_s)
+                worker_python(v), env, kwargs, self.workdir / "worker.log", v.start_timeout_s, forced)
         except BaseException:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
@@ -288,7 +385,8 @@ class VLLMEngine(Engine):
         self.published[adapter] = (revision, self._ids, directory)
         return self._ids
 
-    def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling) -> list[Completion]:
+    def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling,
+               on_sampled: OnSampled = None) -> list[Completion]:
         lora_id = None if adapter is None else self._publish(adapter)
         ids = self.policies.prompt_ids(prompts)
         room = [min(r, self.max_model_len - len(x))
@@ -296,6 +394,8 @@ class VLLMEngine(Engine):
         send = [i for i, r in enumerate(room) if r > 0]
         out = [Completion("", (), truncated=True, context_limited=True)] * len(prompts)
         if not send:
+            if on_sampled is not None:
+                on_sampled(len(prompts))
             return out
         results = self.backend.call(
             "generate", prompt_ids=[ids[i] for i in send], max_tokens=[room[i] for i in send], lora_id=lora_id,
@@ -304,6 +404,8 @@ class VLLMEngine(Engine):
         for i, (tokens, logps) in zip(send, results):
             c = self.policies.completion(prompts[i], tokens, sampling.ignore_eos, logps)
             out[i] = dataclasses.replace(c, context_limited=room[i] < sampling.max_new_tokens)
+        if on_sampled is not None:
+            on_sampled(len(prompts))
         return out
 
     def close(self) -> None:

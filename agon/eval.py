@@ -139,7 +139,8 @@ def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
         policies.load_adapters(run_dir / run_files.ADAPTERS)
         engine = build_engine(cfg, policies)
         problems = list(task.heldout_problems())[: cfg.eval.n_problems]
-        result = evaluate(policies, task, cfg, problems, step=-1, phase="reeval", engine=engine)
+        result = evaluate(policies, task, cfg, problems, step=-1, phase="reeval", engine=engine,
+                          progress=cfg.progress)
         diagnostic = diagnose(policies, task, cfg, problems, engine, samples=cfg.eval.samples)
     finally:
         task.close()

@@ -4,7 +4,10 @@
 the previous adapter on exit; ``None`` disables every adapter, which is the base model and the free KL reference.
 PEFT's ``set_adapter`` turns ``requires_grad`` off for every other adapter; Agon trains two adapters in one step,
 so this module keeps every LoRA weight trainable and the base frozen itself, and each adapter has its own optimizer.
-The base weights never change: only LoRA parameters are ever given to an optimizer.
+The base weights never change: only LoRA parameters are ever given to an optimizer. Every adapter's LoRA weights are
+float32 whatever the base's dtype (``lora_to_float32``, checked at start-up by ``check_lora_float32``): PEFT before
+0.19 left an adapter made by ``add_adapter`` in the base's bfloat16, where most updates of size lr x weight round
+away at lr 1e-5.
 
 ``sample`` renders chat prompts, generates with the KV cache (``model.generate``) and cuts each completion after its
 first end-of-turn token. ``token_logps`` recomputes per-token log-probabilities with the same position ids
@@ -14,8 +17,11 @@ so no ``[b, T, V]`` tensor is ever built.
 Work is bounded by tokens, not rows: ``token_batches`` cuts a batch into contiguous slices whose rows times padded
 width stay within a budget (a generation call holds prompt plus ``max_new_tokens`` per row in its KV cache; a
 scoring call holds prompt plus completion). At 8k-token traces that is a handful of rows per call; on the offline
-world the whole batch fits in one. A row whose prompt leaves less than ``max_new_tokens`` of the model's context is
-sampled alone with the room left, and one with no room is not sampled at all; both are marked ``context_limited``.
+world the whole batch fits in one. Scoring, whose rows differ in length, cuts by ``length_batches`` instead: rows
+longest first, so a micro-batch holds rows of similar length, and a row of ``solo_tokens`` or more alone, unpadded,
+which ``token_logps`` runs without an attention mask. A row whose prompt leaves less than ``max_new_tokens`` of the
+model's context is sampled alone with the room left, and one with no room is not sampled at all; both are marked
+``context_limited``.
 
 ``sample`` is the ``hf`` engine; ``agon.engines`` puts vLLM behind the same call and builds its completions with
 ``completion``. Processes are the trainer's business: every
@@ -30,7 +36,7 @@ import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -73,7 +79,7 @@ class Tokens:
     completion_ids: torch.Tensor  # [B, T] long, right-padded
     completion_mask: torch.Tensor  # [B, T] long, 1 on completion tokens
 
-    def __getitem__(self, rows: slice) -> "Tokens":
+    def __getitem__(self, rows: slice | torch.Tensor) -> "Tokens":
         return Tokens(self.prompt_ids[rows], self.prompt_mask[rows], self.completion_ids[rows],
                       self.completion_mask[rows])
 
@@ -109,6 +115,64 @@ def token_batches(widths: Sequence[tuple[int, int]], budget: int, max_rows: int 
     if widths:
         out.append(slice(start, len(widths)))
     return out
+
+
+def length_batches(widths: Sequence[tuple[int, int]], budget: int, max_rows: int | None = None,
+                   solo_tokens: int | None = None) -> list[list[int]]:
+    """Row indices of micro-batches of rows of similar length, each within ``budget`` as ``token_batches`` counts it.
+
+    ``widths[i]`` is row i's (prompt, completion) length. Rows are taken longest first (prompt + completion; equal
+    lengths in their original order), so a micro-batch pads its rows only up to its neighbours' lengths, not to the
+    longest row of the batch. A row of at least ``solo_tokens`` (None: no such rule) is a micro-batch of its own:
+    nothing to pad, so it runs without an attention mask. Every row is in exactly one micro-batch; the longest come
+    first, so a batch too large for the device fails at its first micro-batch.
+    """
+    order = sorted(range(len(widths)), key=lambda i: -(widths[i][0] + widths[i][1]))
+    solo = [i for i in order if solo_tokens is not None and sum(widths[i]) >= solo_tokens]
+    rest = order[len(solo):]  # the solo rows are the longest, so a prefix of the order
+    return [[i] for i in solo] + [rest[part] for part in token_batches([widths[i] for i in rest], budget, max_rows)]
+
+
+class AdapterDtypeError(RuntimeError):
+    """An adapter whose LoRA weights are not float32 (a bfloat16 adapter loses most updates to rounding)."""
+
+
+def lora_parameters(model: torch.nn.Module, adapter: str | None = None) -> list[tuple[str, torch.nn.Parameter]]:
+    """(name, parameter) of every LoRA weight of ``model``, or of one ``adapter``'s."""
+    return [(n, p) for n, p in model.named_parameters()
+            if "lora_" in n and (adapter is None or n.endswith(f".{adapter}.weight"))]
+
+
+def lora_to_float32(model: torch.nn.Module) -> None:
+    """Cast every LoRA weight of ``model`` to float32 in place (the base keeps its dtype). Before any optimizer holds
+    them: a parameter's ``data`` is replaced, which an optimizer's existing state would not follow."""
+    for _, p in lora_parameters(model):
+        if p.dtype != torch.float32:
+            p.data = p.data.float()
+
+
+def check_lora_float32(model: torch.nn.Module, adapters: Sequence[str]) -> None:
+    """Raise ``AdapterDtypeError`` unless every adapter in ``adapters`` has LoRA weights and all are float32."""
+    found = {name: sorted({str(p.dtype) for _, p in lora_parameters(model, name)}) for name in adapters}
+    wrong = {name: dtypes for name, dtypes in found.items() if dtypes != ["torch.float32"]}
+    if wrong:
+        raise AdapterDtypeError(
+            f"LoRA weights must be float32 in every adapter, found {found}: an adapter in bfloat16 rounds most "
+            f"updates away and trains differently from the others (PEFT < 0.19 leaves add_adapter's adapter in the "
+            f"base's dtype; Policies casts them with lora_to_float32)")
+
+
+def end_of_turn_ids(tokenizer: Any, generation_config: Any = None) -> set[int]:
+    """The tokens that end a completion, the same for every engine: the tokenizer's end of sequence, ``<|im_end|>``
+    where the vocabulary has it, and every ``eos_token_id`` of the model's generation config (Qwen3's lists both
+    ``<|im_end|>`` and ``<|endoftext|>``; vLLM stops on all of them, so ``generate`` must too)."""
+    ends = {tokenizer.eos_token_id}
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ends.add(im_end)
+    configured = getattr(generation_config, "eos_token_id", None)
+    ends |= set(configured if isinstance(configured, (list, tuple)) else [] if configured is None else [configured])
+    return {int(t) for t in ends if t is not None}
 
 
 def _load_error(source: str, model_cfg: Any, exc: Exception) -> ModelLoadError:
@@ -209,6 +273,10 @@ class Policies:
         self.model = get_peft_model(model, config, adapter_name=self.adapters[0])
         for name in self.adapters[1:]:
             self.model.add_adapter(name, config)
+        # get_peft_model upcasts its adapter to float32 over a bfloat16 base, but add_adapter only does from PEFT
+        # 0.19 on: without this, adapter B would train in bfloat16 and lose most of its updates to rounding
+        lora_to_float32(self.model)
+        check_lora_float32(self.model, self.adapters)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             self.model.enable_input_require_grads()
@@ -219,16 +287,13 @@ class Policies:
         self.context: int | None = getattr(self.model.config, "max_position_embeddings", None)
         # a count per adapter of the changes to its weights: an engine holding a copy republishes a changed one
         self.revisions = dict.fromkeys(self.adapters, 0)
-        self.end_ids = {tokenizer.eos_token_id}
-        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-            self.end_ids.add(im_end)
+        self.end_ids = end_of_turn_ids(tokenizer, getattr(self.model, "generation_config", None))
 
     # -- adapters ------------------------------------------------------------------------------------------------
 
     def parameters(self, adapter: str) -> list[torch.nn.Parameter]:
         """The LoRA weights of one adapter (what its optimizer updates)."""
-        return [p for n, p in self.model.named_parameters() if "lora_" in n and n.endswith(f".{adapter}.weight")]
+        return [p for _, p in lora_parameters(self.model, adapter)]
 
     def lora_state(self, adapter: str) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self.model.named_parameters()
@@ -351,8 +416,10 @@ class Policies:
         top_k: int = 0,
         batch_tokens: int = 262_144,
         ignore_eos: bool = False,
+        on_sampled: Callable[[int], object] | None = None,
     ) -> list[Completion]:
-        """One completion per prompt (repeat prompts for a group), sampled with ``adapter`` active.
+        """One completion per prompt (repeat prompts for a group), sampled with ``adapter`` active; ``on_sampled(n)``
+        hears of each ``generate`` call's ``n`` completions as it returns (a progress bar).
 
         Each ``generate`` call holds at most ``batch_tokens`` tokens (rows x (prompt + max_new_tokens)).
         ``ignore_eos`` (as vLLM's): generation does not stop at the end of turn, so every completion is
@@ -371,12 +438,16 @@ class Policies:
                 for i, c in zip(rows, self._generate([prompts[i] for i in rows], max_new_tokens, temperature,
                                                      top_p, top_k, ignore_eos)):
                     out[i] = c
+                if on_sampled is not None:
+                    on_sampled(len(rows))
             for i, r in enumerate(room):  # prompts too close to the end of the context: alone, with the room left
                 if r == max_new_tokens:
                     continue
                 none = Completion("", (), truncated=True)  # the prompt alone filled the context
                 c = self._generate([prompts[i]], r, temperature, top_p, top_k, ignore_eos)[0] if r > 0 else none
                 out[i] = dataclasses.replace(c, context_limited=True)
+                if on_sampled is not None:
+                    on_sampled(1)
         self.model.train(was_training)
         return out  # type: ignore[return-value]
 
@@ -460,12 +531,14 @@ class Policies:
         cap = getattr(base.config, "final_logit_softcapping", None)  # Gemma-style models squash their logits
         return base.get_decoder(), (lambda h: torch.tanh(head(h) / cap) * cap) if cap else head
 
-    def token_logps(self, batch: Tokens, rows: slice | None = None,
-                    temperature: float = 1.0, chunk_tokens: int = 512) -> torch.Tensor:
+    def token_logps(self, batch: Tokens, rows: slice | None = None, temperature: float = 1.0,
+                    chunk_tokens: int = 512, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
         """Log-probabilities of the completion tokens under the active adapter, [b, T] for the selected rows (0 on
         padding), from logits divided by the sampling temperature (as TRL does), so they are the sampler's
         probabilities. The selected rows are cut to their own widest prompt and completion first, so a micro-batch
-        of short completions pays for its own length; the output head sees ``chunk_tokens`` tokens at a time."""
+        of short completions pays for its own length, and a selection left with no padding (one row, or rows of equal
+        prompt and equal completion lengths) runs without an attention mask; the output head sees ``chunk_tokens``
+        tokens at a time."""
         part = batch[rows or slice(None)]
         p_ids, p_mask, c_ids, c_mask = part.prompt_ids, part.prompt_mask, part.completion_ids, part.completion_mask
         full_width = c_ids.size(1)
@@ -473,16 +546,20 @@ class Policies:
         width = max(1, int(c_mask.sum(1).max()))
         p_ids, p_mask, c_ids, c_mask = p_ids[:, first:], p_mask[:, first:], c_ids[:, :width], c_mask[:, :width]
         ids = torch.cat([p_ids, c_ids], dim=1).to(self.device)
-        attn = torch.cat([p_mask, c_mask], dim=1).to(self.device)
+        attn = torch.cat([p_mask, c_mask], dim=1)
         # generation numbers positions from the first real token; do the same so the ratio starts at exactly 1
-        position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
+        position_ids = (attn.cumsum(-1) - 1).clamp(min=0).to(self.device)
+        # nothing padded (a solo row of length_batches): no mask at all, so attention is plain causal and SDPA can
+        # take its flash path. transformers 5 drops an all-ones mask itself, but only after reading it back from the
+        # device; the check here is on the CPU copy
+        mask = None if bool(attn.all()) else attn.to(self.device)
         decoder, head = self._decoder_and_head()
         # no KV cache: scoring is one pass, and a cache of the whole sequence would only cost memory
-        hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids,
+        hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                          use_cache=False).last_hidden_state
         hidden = hidden[:, p_ids.size(1) - 1 : -1]  # [b, width, H]: the states that predict the completion tokens
         scored = c_mask.bool().to(self.device)
         values = selective_logps(hidden[scored], c_ids.to(self.device)[scored], head, temperature,
-                                 chunk_tokens)
+                                 chunk_tokens, top_k, top_p)
         out = torch.zeros(scored.shape, dtype=torch.float32, device=self.device).masked_scatter(scored, values)
         return torch.nn.functional.pad(out, (0, full_width - width))

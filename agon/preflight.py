@@ -90,15 +90,16 @@ def check_sources(cfg: Any, log: Callable[[str], None] = print) -> None:
 
 
 def check_engine(cfg: Any) -> None:
-    """A ConfigError naming ``generation.engine`` and the install command when the engine asked for is missing."""
-    if cfg.generation.engine != "vllm":
+    """A ConfigError naming ``generation.engine`` and the install command when the engine asked for is missing and
+    no ``generation.fallback`` is set."""
+    if cfg.generation.engine != "vllm" or cfg.generation.fallback:
         return
     from agon.engines import EngineError, vllm_placement
 
     try:
         vllm_placement(cfg)
     except EngineError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(f"{exc} Or set generation.fallback=hf_continuous to sample without it.") from None
 
 
 def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, sample: int = 64) -> int:
@@ -123,12 +124,15 @@ def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, samp
     for key, new in (("trainer.max_new_tokens", cfg.trainer.max_new_tokens),
                      ("eval.max_new_tokens", cfg.eval.max_new_tokens)):
         if longest + new > context:
-            where = "model.tiny.max_position" if cfg.model.name == "tiny" and not cfg.model.path else \
-                "the model's max_position_embeddings"
+            tiny = cfg.model.name == "tiny" and not cfg.model.path
+            where = "model.tiny.max_position" if tiny else "the model's max_position_embeddings"
             fix = f"lower {key}, " if longest < context else "the prompt alone does not fit: "
+            # the offline world is built from its config, so its context is one key away
+            longer = f"raise model.tiny.max_position to at least {longest + new}" if tiny else \
+                "use a model with a longer context"
             knobs = "task.instruction" + (", task.dataset_args" if "dataset_args" in task.cfg else "")
             raise ConfigError(
                 f"the longest prompt ({longest} tokens, problem {which}) plus {key}={new} is {longest + new} "
-                f"tokens, more than the model's context of {context} ({where}). To fix it: {fix}use a model with a "
-                f"longer context, or shorten the prompts ({knobs}).")
+                f"tokens, more than the model's context of {context} ({where}). To fix it: {fix}{longer}, or "
+                f"shorten the prompts ({knobs}).")
     return longest

@@ -9,13 +9,15 @@ Rows are ordered problem-major, so each problem's ``group_size`` rows are one GR
 Completions come from an engine (``agon.engines``: transformers or vLLM). Adapter names are the ones in
 ``Policies``; ``None`` plays the untrained base (the mixture-of-agents baseline).
 ``play_split`` is ``play`` across processes: each rank plays its share of the problems, and every rank gets the
-whole game back.
+whole game back. ``on_sampled(n)`` hears of each batch of ``n`` completions as the engine returns it (each
+``generate`` call of the ``hf`` engine, each budget of continuous batching, the whole call of vLLM), so a long
+evaluation can show its progress.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -88,8 +90,10 @@ class Game:
 
 
 def sample_attempts(engine: Engine, task: Task, adapter: str | None, problems: Sequence[Problem],
-                    prompts: Sequence[str], sampling: Sampling) -> list[Attempt]:
-    completions = engine.sample(prompts, adapter, sampling)
+                    prompts: Sequence[str], sampling: Sampling,
+                    on_sampled: Callable[[int], object] | None = None) -> list[Attempt]:
+    # told as the engine's batches return, before grading: the sampling is the long part, what a progress bar counts
+    completions = engine.sample(prompts, adapter, sampling, on_sampled=on_sampled)
     verdicts = task.verify(problems, [c.text for c in completions])
     return [Attempt(p, c, v) for p, c, v in zip(prompts, completions, verdicts, strict=True)]
 
@@ -110,16 +114,18 @@ def play(
     group_size: int,
     sampling: Sampling,
     engine: Engine | None = None,
+    on_sampled: Callable[[int], object] | None = None,
 ) -> Game:
     """Draft ``group_size`` times per problem with ``drafter``; challenge each draft with ``challenger``.
 
     ``challenger=False`` plays drafts only (vanilla GRPO, solo evaluation); ``None`` means the base model.
-    ``engine`` samples (``agon.engines``; default: ``hf`` on ``policies``).
+    ``engine`` samples (``agon.engines``; default: ``hf`` on ``policies``). ``on_sampled(n)`` is called as each
+    stage's engine call returns its ``n`` completions.
     """
     engine = engine or HFEngine(policies)
     rows = [p for p in problems for _ in range(group_size)]
     plain = [render(policies, task, model_cfg, task.user_message(p)) for p in rows]
-    drafts = sample_attempts(engine, task, drafter, rows, plain, sampling)
+    drafts = sample_attempts(engine, task, drafter, rows, plain, sampling, on_sampled)
     recaps = [task.recap(d.completion.text) for d in drafts]
     if challenger is False:
         return Game([Round(p, d, r) for p, d, r in zip(rows, drafts, recaps)], drafter, None, group_size)
@@ -127,7 +133,8 @@ def play(
         prompts = [render(policies, task, model_cfg, task.challenge_message(p, r)) for p, r in zip(rows, recaps)]
     else:
         prompts = plain
-    challenges = sample_attempts(engine, task, challenger, rows, prompts, sampling)  # type: ignore[arg-type]
+    challenges = sample_attempts(engine, task, challenger, rows, prompts, sampling,  # type: ignore[arg-type]
+                                 on_sampled)
     rounds = [Round(p, d, r, c) for p, d, r, c in zip(rows, drafts, recaps, challenges)]
     return Game(rounds, drafter, challenger, group_size)  # type: ignore[arg-type]
 

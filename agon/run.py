@@ -2,7 +2,9 @@
 
 The config is checked (``config.validate``) before any model loads. Each run writes into its Hydra output directory
 (what it holds: ``agon.run_files``); the recorder is closed in ``finally`` so a failing cell of a multirun still
-finishes its W&B run and the next cell starts clean.
+finishes its W&B run and the next cell starts clean. A user error (``USER_ERRORS``: a config value, a model that
+cannot load, an engine that cannot start) ends a single run with its message on one line, ``error: <message>``,
+and exit code 1; ``HYDRA_FULL_ERROR=1`` shows its traceback, and a sweep reports it as Hydra does.
 
 Several processes: ``accelerate launch --multi_gpu --num_processes N -m agon.run [overrides]`` (``make run-ddp``).
 Every rank composes the same config; rank 0's launch time names the output directory of all of them, and rank 0
@@ -28,6 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 from agon import run_files
 from agon.config import LAUNCH_TIME_ENV, ConfigError, resume_mode, to_plain, validate
 from agon.distributed import Ranks, launched_world_size
+from agon.engines import EngineError
+from agon.policies import ModelLoadError
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "hydra-core", "omegaconf", "wandb", "datasets",
             "math-verify", "reasoning-gym", "tokenizers", "vllm")
@@ -125,7 +129,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         print(f"[agon] skipped: {out_dir} already holds this run's summary.json (trainer.resume=never trains it "
               f"again)")
         return done
-    ranks = Ranks.from_env(cfg.model.device)
+    ranks = Ranks.from_env(cfg.model.device, cfg.trainer.ddp_timeout)
     run_dir = Path(ranks.share(str(out_dir)))
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
@@ -254,10 +258,31 @@ def _report(s: dict[str, Any]) -> None:
           f"regression {pct('eval/regression_rate')}; {s['train/steps']} steps in {s['time/total_s']:.0f}s")
 
 
+# errors whose message says all a user needs (a config value, a model that cannot load, an engine that cannot
+# start): a single run prints the message alone, not a traceback
+USER_ERRORS = (ConfigError, ModelLoadError, EngineError)
+
+
+class _Reported(BaseException):
+    """A user error of a single run on its way to ``main``, which prints its message: Hydra's handlers catch
+    Exception and print a traceback, but let this pass (skipping their job-end and run-end callbacks; agon's one
+    callback, the sweep table, acts at the end of a sweep)."""
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> float | None:
     OmegaConf.set_readonly(cfg, True)
-    return run(cfg)["eval/accuracy"]
+    try:
+        return run(cfg)["eval/accuracy"]
+    except USER_ERRORS as exc:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        # a sweep goes on to its other cells and fails at the end, as Hydra does; HYDRA_FULL_ERROR=1 asks for the
+        # whole traceback, as it does of Hydra
+        if HydraConfig.get().mode != RunMode.RUN or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        raise _Reported(str(exc)) from exc
 
 
 def main() -> None:
@@ -267,7 +292,11 @@ def main() -> None:
         os.environ[LAUNCH_TIME_ENV] = str(ranks.share(os.environ.get(LAUNCH_TIME_ENV) or time.time()))
         if not ranks.is_main:  # rank 0 writes .hydra/ and the log; the others would only write them again
             sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
-    hydra_main()
+    try:
+        hydra_main()
+    except _Reported as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -32,16 +32,16 @@ from typing import Any, Callable
 
 import torch
 
-from agon.cascade import EvalResult, evaluate
+from agon.cascade import EvalResult, eval_size, evaluate
 from agon.distributed import Ranks
 from agon.engines import Engine, Sampling, build_engine
 from agon.grpo import is_extreme, masked_mean, merge_stats, policy_loss, sampler_correction, sampler_mismatch
 from agon.health import LearningWatch
 from agon.methods import get_method
-from agon.policies import Policies
+from agon.policies import Policies, Tokens
 from agon.recorder import Recorder
 from agon.rewards import RoleRewards, compute_rewards
-from agon.role_batch import RoleBatch, role_batches
+from agon.role_batch import RoleBatch, in_place, role_batches
 from agon.rollout import Game, play_split
 from agon.tasks import Problem, Task
 
@@ -89,7 +89,8 @@ class Trainer:
         self.engine = engine or build_engine(cfg, policies, ranks, log)
         self._last_checkpoint = time.time()
         self.watch = LearningWatch(self.t.warn_after_steps, self.t.warn_zero_std_ratio, self.t.warn_truncated_ratio,
-                                   self.t.max_new_tokens, self.t.num_generations, cfg.task.name)
+                                   self.t.warn_importance_ratio, self.t.max_new_tokens, self.t.num_generations,
+                                   cfg.task.name)
 
     # -- data ----------------------------------------------------------------------------------------------------
 
@@ -112,11 +113,22 @@ class Trainer:
 
     # -- the update: loss, gradient bookkeeping, optimizer step ---------------------------------------------------
 
+    def _score(self, tokens: Tokens) -> torch.Tensor:
+        """[b, T] log-probs of the completion tokens under the active adapter, on the distribution the rollouts were
+        sampled from: the trainer's temperature, and its top-k and top-p applied to the logits as the sampler does."""
+        t = self.t
+        return self.policies.token_logps(tokens, None, t.temperature, t.logit_chunk_tokens, t.top_k, t.top_p)
+
     def _logps(self, batch: RoleBatch, adapter: str | None) -> torch.Tensor:
-        """[b, T] log-probs of ``batch`` under ``adapter``, without a graph, one micro-batch at a time."""
+        """[b, T] log-probs of ``batch`` under ``adapter``, without a graph, one micro-batch at a time, in the
+        batch's row order (micro-batches hold rows sorted by length: ``in_place`` puts each row back)."""
+        t = self.t
+        if len(batch) == 0:  # a rank with no rows of this role
+            return torch.zeros(batch.mask.shape, device=self.policies.device)
         with torch.no_grad(), self.policies.use_adapter(adapter):
-            return torch.cat([self.policies.token_logps(mb.tokens, None, self.t.temperature, self.t.logit_chunk_tokens)
-                              for mb in batch.micro_batches(self.t.scoring_batch_tokens, self.t.micro_batch_size)])
+            parts = [(mb.rows, self._score(mb.tokens))
+                     for mb in batch.micro_batches(t.scoring_batch_tokens, t.micro_batch_size, t.solo_row_tokens)]
+        return in_place(parts, len(batch))
 
     def loss_backward(self, batch: RoleBatch) -> dict[str, float]:
         """Backward of one role's GRPO loss over its micro-batches; the loss, clip ratios and KL of this rank's rows
@@ -125,9 +137,11 @@ class Trainer:
         t, device = self.t, self.policies.device
         stats = dict.fromkeys(("loss", "clip_ratio/low", "clip_ratio/high", "kl"), 0.0)
         with self.policies.use_adapter(batch.adapter):
-            for mb in batch.micro_batches(t.scoring_batch_tokens, t.micro_batch_size):
+            # rows sorted by length, the longest alone: the loss's normalisers are the whole batch's, so neither
+            # the grouping nor the order of micro-batches changes it beyond the order of float sums
+            for mb in batch.micro_batches(t.scoring_batch_tokens, t.micro_batch_size, t.solo_row_tokens):
                 mask = mb.mask.to(device)
-                logps = self.policies.token_logps(mb.tokens, None, t.temperature, t.logit_chunk_tokens)
+                logps = self._score(mb.tokens)
                 old = logps.detach() if mb.old_logps is None else mb.old_logps.to(device)
                 sampler = None if mb.sampler_logps is None else mb.sampler_logps.to(device)
                 weights = None
@@ -283,14 +297,20 @@ class Trainer:
 
     # -- evaluation and the loop ---------------------------------------------------------------------------------
 
-    def evaluate(self, phase: str) -> EvalResult:
-        result = evaluate(self.policies, self.task, self.cfg, self.heldout, self.state.step, phase, self.ranks,
-                          self.engine)
+    def evaluate(self, phase: str, progress: bool | None = None) -> EvalResult:
+        """The held-out evaluation of ``phase`` (``start``, ``train``, ``final``) at its size (``cascade.eval_size``:
+        the interim size during training), logged; a progress bar unless ``progress`` (default ``cfg.progress``) is
+        false, on rank 0 only."""
+        n, samples = eval_size(self.cfg.eval, phase)
+        problems = self.heldout[:n]
+        progress = self.cfg.progress if progress is None else progress
+        result = evaluate(self.policies, self.task, self.cfg, problems, self.state.step, phase, self.ranks,
+                          self.engine, samples=samples, progress=progress)
         self.recorder.log_eval_rows(result.rows)
         if self.cfg.eval.diagnostic:
             from agon.eval import diagnose
 
-            result.metrics.update(diagnose(self.policies, self.task, self.cfg, self.heldout, self.engine))
+            result.metrics.update(diagnose(self.policies, self.task, self.cfg, problems, self.engine))
         self.recorder.log_metrics({k: v for k, v in result.metrics.items() if not isinstance(v, list)},
                                   self.state.step)
         game = next(iter(result.games.values()))
@@ -325,7 +345,7 @@ class Trainer:
                             tok_s=f"{m['time/tokens_per_s']:.0f}", **({"warn": ",".join(warned)} if warned else {}))
             every = self.cfg.eval.every
             if every and self.state.step % every == 0 and self.state.step < self.t.max_steps:
-                result = self.evaluate("train")
+                result = self.evaluate("train", progress=progress)
                 if on_eval is not None:
                     on_eval(result, self.state.step)
             if self._checkpoint_due():

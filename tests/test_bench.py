@@ -72,3 +72,30 @@ def test_the_engines_part_is_skipped_with_the_reason_where_vllm_is_nowhere_unles
     assert "make vllm-install" in engines_side_by_side(overrides=missing, required=False)["skipped"]
     with pytest.raises(EngineError, match="generation.engine=vllm"):
         engines_side_by_side(overrides=missing, required=True)
+
+
+def test_length_skew_scores_the_same_rows_both_ways_and_computes_fewer_tokens_by_length(tmp_path, capsys):
+    """A small length-skewed batch (2 long rows of 256 tokens among 10): both sides give one gradient, and the
+    contiguous side computes the short rows next to a long one at the long row's width."""
+    out = tmp_path / "bench.json"
+    args = ["--only", "length-skew", "--skew-rounds", "1", "--skew-rows", "10", "--skew-long-rows", "2",
+            "--skew-long-tokens", "256", "--out", str(out)]
+    assert bench.main(args) == 0
+    report = json.loads(out.read_text())
+    skew = report["length_skew"]
+    assert report["equal_work"] is True and skew["unequal_work"] == []
+    assert skew["setup"]["budget"] == 1024 and skew["setup"]["solo"] == 128
+    # the long rows alone, first; the eight short rows together
+    assert skew["micro_batches"]["by_length"] == [1, 1, 8]
+    assert sum(skew["micro_batches"]["contiguous"]) == 10 and len(skew["micro_batches"]["contiguous"]) < 10
+    rows_tokens, computed = skew["setup"]["rows_tokens"], skew["computed_tokens"]
+    assert rows_tokens < computed["by_length"] < 1.2 * rows_tokens
+    assert computed["contiguous"] > 1.5 * computed["by_length"]
+    assert skew["grad_max_rel_diff"] < 1e-4
+    for side in ("contiguous", "by_length"):
+        assert len(skew["seconds"][side]) == 2 and skew["median_s"][side] == skew["seconds"][side][1]
+        assert skew["memory"][side]["peak_gib"] > skew["memory"][side]["update_gib"] >= 0
+    ratio = skew["ratio_by_length_over_contiguous"]
+    assert ratio["seconds"] == skew["median_s"]["by_length"] / skew["median_s"]["contiguous"]
+    assert set(ratio) == {"seconds", "peak_memory", "update_memory"}
+    assert "gradients agree" in capsys.readouterr().out

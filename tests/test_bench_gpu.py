@@ -1,5 +1,6 @@
-"""make bench-gpu refuses without CUDA, and its code runs (on a CPU, at a tiny shape) so a GPU session's one try
-is not spent on a typo."""
+"""The GPU check (agon.bench_gpu) refuses without CUDA, runs every part on a CPU at a tiny shape, keeps each part's
+result on disk as it comes, and records a failing part without losing the others: so a GPU session's one try is
+not spent on a typo."""
 
 from __future__ import annotations
 
@@ -8,21 +9,127 @@ import json
 import pytest
 import torch
 
+from agon import bench_gpu
 from agon.bench_gpu import main
+
+COLLECTIVES = ["init_process_group", "sum_stats_cpu_float64", "sum_grads_fp32", "broadcast_adapter", "gather_objects",
+               "share_object", "barrier"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_refuses_without_cuda(tmp_path, capsys):
-    assert main(["--out", str(tmp_path / "b.json")]) == 2
-    assert "needs a CUDA device" in capsys.readouterr().err and not (tmp_path / "b.json").exists()
+    assert main(["--out", str(tmp_path / "out")]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
-def test_the_script_measures_agon_steps_on_a_cpu_at_a_tiny_shape(tmp_path):
-    out = tmp_path / "bench-gpu.json"
-    assert main(["--cpu-check", "--new-tokens", "8", "--prompts", "2", "--generations", "2", "--warmup-tokens", "4",
-                 "--out", str(out)]) == 0
-    report = json.loads(out.read_text())
-    (result,) = report["results"]
-    assert result["new_tokens"] == 8 and len(result["step_s"]) == 1 and result["generated_tokens_per_s"] > 0
+def test_the_cpu_check_measures_every_part(tmp_path):
+    out = tmp_path / "out"
+    assert main(["--cpu-check", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["bench-gpu.json"]  # nothing else, no temporary file left
+    report = json.loads((out / "bench-gpu.json").read_text())
+    assert report["finished"] and report["errors"] == [] and report["torch"] == torch.__version__
+    assert report["transformers"] and report["date"] and report["device"].startswith("cpu")
+
+    coll = report["collectives"]
+    assert coll["backend"] == "gloo" and coll["all_ok"] and coll["child"]["returncode"] == 0
+    assert [k for k in coll if isinstance(coll[k], dict) and "ok" in coll[k]] == COLLECTIVES
+    assert all(coll[k]["ok"] is True for k in COLLECTIVES)
+    assert coll["init_process_group"]["accelerate_processes"] == 1  # a real group of one, not the no-op path
+
+    scoring = report["scoring"]
+    assert scoring["lora_rank"] == 16 and scoring["gradient_checkpointing"] is True
+    one, padded = scoring["cases"]["one_row"], scoring["cases"]["three_rows_padded"]
+    assert one["row_tokens"] == [32] and one["width"] == 32 and one["seconds"] > 0
+    assert len(padded["row_tokens"]) == 3 and len(set(padded["row_tokens"])) == 3 and padded["width"] == 32
+    for case in (one, padded):
+        assert case["sdpa_backends"] and set(case["sdpa_backends"]) <= set(bench_gpu.SDPA_OPS.values())
+
+    (step,) = report["step"]
+    assert step["new_tokens"] == 8 and len(step["step_s"]) == 1 and step["generated_tokens_per_s"] > 0
     # both roles of one step: 2 prompts x 2 completions each, at most 8 tokens apiece
-    assert 0 < result["generated_tokens_per_step"][0] <= 2 * 2 * 2 * 8
+    assert 0 < step["generated_tokens_per_step"][0] <= 2 * 2 * 2 * 8
+
+
+def test_a_failing_part_is_recorded_and_the_others_still_run_each_written_when_done(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    on_disk = {}
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("NCCL error: unhandled system error")
+
+    def scoring(*_args, **_kwargs):
+        on_disk["at_scoring"] = json.loads((out / "bench-gpu.json").read_text())
+        return {"cases": {"one_row": {"row_tokens": [64], "error": "OutOfMemoryError: CUDA out of memory"}}}
+
+    def measure(n, prompts, generations, *_args, **_kwargs):
+        on_disk["at_step"] = json.loads((out / "bench-gpu.json").read_text())
+        return {"new_tokens": n, "prompts_per_step": prompts, "num_generations": generations, "step_s": [1.0],
+                "generation_s": [0.5], "generated_tokens_per_s": 10.0}
+
+    monkeypatch.setattr(bench_gpu, "collectives", broken)
+    monkeypatch.setattr(bench_gpu, "scoring", scoring)
+    monkeypatch.setattr(bench_gpu, "measure", measure)
+    assert main(["--cpu-check", "--out", str(out)]) == 1
+    # the collectives' failure was on disk before scoring began, and scoring's before the step
+    assert "NCCL error" in on_disk["at_scoring"]["collectives"]["error"]
+    assert "scoring" not in on_disk["at_scoring"] and "step" not in on_disk["at_scoring"]
+    assert on_disk["at_step"]["scoring"]["cases"]["one_row"]["error"].startswith("OutOfMemoryError")
+    report = json.loads((out / "bench-gpu.json").read_text())
+    assert report["finished"] and report["step"][0]["generated_tokens_per_s"] == 10.0
+    assert report["errors"] == ["collectives: RuntimeError: NCCL error: unhandled system error",
+                                "scoring one_row: OutOfMemoryError: CUDA out of memory"]
+
+
+def test_a_hung_collectives_child_is_cut_off_and_reported(tmp_path):
+    result = bench_gpu.collectives("cpu", bench_gpu.TINY_SHAPE, 4, timeout_s=0.05)
+    assert result["all_ok"] is False and result["child"]["timed_out_after_s"] == 0.05
+
+
+def test_the_collectives_use_the_trainers_lora_shapes():
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from agon.qwen3_shape import SHAPES, qwen3_config
+
+    shape = {**SHAPES["0.6b"], **bench_gpu.TINY_SHAPE}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(qwen3_config("0.6b", **bench_gpu.TINY_SHAPE))
+    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    real = sorted(tuple(p.shape) for n, p in peft.named_parameters() if "lora_" in n)
+    assert sorted(bench_gpu.lora_shapes(shape, 4)) == real
+
+
+@pytest.mark.parametrize("backend, expected", [(None, ["flash"]), ("MATH", ["math"])])
+def test_the_sdpa_backend_is_read_from_the_profiled_op_names(backend, expected):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.profiler import ProfilerActivity, profile
+
+    q, k, v = (torch.randn(1, 2, 16, 8, requires_grad=True) for _ in range(3))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        if backend is None:
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        else:
+            with sdpa_kernel(getattr(SDPBackend, backend)):
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    assert bench_gpu.sdpa_backends(prof)["sdpa_backends"] == expected
+
+
+def test_padded_rows_are_laid_out_as_the_trainer_lays_them_out():
+    tokens = bench_gpu.padded_tokens([100, 65, 30], prompt=20, vocab=1000, pad=999)
+    assert [p + c for p, c in tokens.widths()] == [100, 65, 30]
+    assert tokens.prompt_ids.shape == (3, 20) and tokens.completion_ids.shape == (3, 80)
+    assert tokens.prompt_mask[:, -1].all() and not tokens.prompt_mask[1:, 0].any()  # prompts left-padded
+    assert tokens.completion_mask[:, 0].all() and not tokens.completion_mask[1:, -1].any()  # completions right
+    assert (tokens.completion_ids[tokens.completion_mask == 0] == 999).all()
+
+
+def test_a_failed_collective_fails_the_run_but_the_expected_nccl_refusal_does_not(tmp_path, monkeypatch):
+    def collectives(*_args, **_kwargs):
+        return {"backend": "cpu:gloo,cuda:nccl", "sum_grads_fp32": {"ok": False, "error": "NCCL timeout"},
+                "barrier": {"ok": True}, "plain_nccl_with_cpu_tensor": {"ok": False, "expected_ok": False},
+                "all_ok": False, "child": {"returncode": 0}}
+
+    monkeypatch.setattr(bench_gpu, "collectives", collectives)
+    assert main(["--cpu-check", "--parts", "collectives", "--out", str(tmp_path)]) == 1
+    report = json.loads((tmp_path / "bench-gpu.json").read_text())
+    assert report["errors"] == ["collectives: not all ok (sum_grads_fp32)"] and "step" not in report

@@ -6,7 +6,8 @@
 - Three Agon steps across two processes end with bitwise-identical adapters on both ranks; rank 0 alone writes
   every file, evaluation covers every held-out problem once, and the run resumes from its checkpoint.
 
-The single-process ``Ranks`` (every collective the identity) is what every other test runs.
+The single-process ``Ranks`` (every collective the identity, no process group) is what every other test runs. The
+process group itself (its backend on GPUs, its timeout) is tests/test_distributed_backend.py's.
 """
 
 from __future__ import annotations
@@ -54,8 +55,10 @@ def launch(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.Complet
     return out
 
 
-def test_a_single_process_needs_no_launcher():
-    ranks = Ranks()
+def test_a_single_process_needs_no_launcher(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ranks = Ranks.from_env("auto", timeout_s=60)
+    assert ranks == Ranks() and not torch.distributed.is_initialized()  # no process group, no timeout to set
     assert (ranks.rank, ranks.world, ranks.is_main) == (0, 1, True)
     assert ranks.split([1, 2, 3]) == [1, 2, 3] and ranks.gather("x") == ["x"] and ranks.share(5) == 5
     t = torch.ones(3)

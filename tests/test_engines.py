@@ -8,6 +8,7 @@ bounded in time by an alarm as well as by the worker's own start timeout.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import signal
 
 import pytest
@@ -104,6 +105,57 @@ def test_asking_for_vllm_where_it_is_not_installed_fails_before_any_model_loads(
     assert not (tmp_path / "cache").exists()  # the offline world was not even built
 
 
+def test_a_workers_gpu_is_its_ranks_even_when_the_scheduler_set_cuda_visible_devices():
+    """SLURM sets CUDA_VISIBLE_DEVICES for the job; rank 1's model is on cuda:1, the second GPU of that list, and its
+    worker must see that GPU alone (inheriting the list put every rank's worker on the first GPU)."""
+    from agon.engines import EngineError, worker_env, worker_gpu
+
+    assert worker_gpu(1, "4,6,7") == "6"
+    assert worker_gpu(None, "4,6,7") == "4"
+    assert worker_gpu(2, None) == worker_gpu(2, "") == "2"
+    with pytest.raises(EngineError, match="cuda:3"):
+        worker_gpu(3, "4,6")
+    inherited = {"CUDA_VISIBLE_DEVICES": "4,6,7", "RANK": "1", "VLLM_CPU_KVCACHE_SPACE": "8", "HOME": "/root"}
+    env = worker_env(inherited, {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_X": "y"},
+                     {"CUDA_VISIBLE_DEVICES": worker_gpu(1, inherited["CUDA_VISIBLE_DEVICES"])})
+    assert env["CUDA_VISIBLE_DEVICES"] == "6"  # forced over the inherited list
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "8" and env["VLLM_X"] == "y"  # the user's own setting wins a default
+    assert "RANK" not in env and env["HOME"] == "/root"
+
+
+def test_the_fallback_engine_samples_when_vllm_is_installed_nowhere_and_says_so(tiny_base, tmp_path):
+    from agon.config import validate
+    from agon.engines import HFContinuousEngine, engine_name
+    from agon.preflight import check_engine
+
+    missing = f"generation.vllm.python={tmp_path / 'none' / 'python'}"
+    cfg = compose_config(TEST_WORLD + ["generation.engine=vllm", "generation.fallback=hf_continuous", missing])
+    validate(cfg)
+    check_engine(cfg)  # no error: the fallback will sample
+    assert engine_name(cfg) == "hf_continuous"
+    said = []
+    engine = build_engine(cfg, _fresh_policies(tiny_base), log=said.append)
+    assert isinstance(engine, HFContinuousEngine) and "generation.fallback=hf_continuous" in said[0]
+    without = compose_config(TEST_WORLD + ["generation.engine=vllm", missing])
+    with pytest.raises(ConfigError, match="generation.fallback=hf_continuous"):
+        check_engine(without)
+    with pytest.raises(ConfigError, match="generation.fallback='vllm'"):
+        validate(compose_config(["generation.engine=vllm", "generation.fallback=vllm"]))
+
+
+def test_the_engines_stop_on_every_end_of_turn_the_generation_config_names():
+    """Qwen3's generation config ends a turn on <|im_end|> and <|endoftext|>: both engines stop on both."""
+    from types import SimpleNamespace
+
+    from agon.policies import end_of_turn_ids
+    from agon.qwen3_shape import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    im_end, endoftext = (tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
+    assert end_of_turn_ids(tokenizer, SimpleNamespace(eos_token_id=[im_end, endoftext])) >= {im_end, endoftext}
+    assert endoftext in end_of_turn_ids(tokenizer, SimpleNamespace(eos_token_id=endoftext))
+
+
 @ENGINES.register("hf_skewed_for_test")
 class SkewedEngine(HFEngine):
     """hf's completions, reporting as the sampler's log-probs the trainer's own plus ``SKEW`` per token: a sampler
@@ -111,10 +163,8 @@ class SkewedEngine(HFEngine):
 
     SKEW = 0.25
 
-    def sample(self, prompts, adapter, sampling) -> list[Completion]:
-        import dataclasses
-
-        out = super().sample(prompts, adapter, sampling)
+    def sample(self, prompts, adapter, sampling, on_sampled=None) -> list[Completion]:
+        out = super().sample(prompts, adapter, sampling, on_sampled)
         batch = self.policies.batch_tensors(prompts, out)
         with torch.no_grad(), self.policies.use_adapter(adapter):
             logps = self.policies.token_logps(batch, None, sampling.temperature)
@@ -167,6 +217,55 @@ def test_role_batches_carry_the_engines_log_probs_only_when_every_row_has_them(t
     assert batch[slice(1, 2)].sampler_logps.shape == (1, 3)
     [batch] = role_batches(policies, game([(-0.5, -1.0, -2.0), None]), rewards, slice(None), "group", 1e-4)
     assert batch.sampler_logps is None
+
+
+def _outside_kept_set(policies: Policies, prompts, completions, adapter, temperature, top_k, top_p) -> int:
+    """How many sampled tokens fall outside the set a top-k then top-p sampler keeps, judged from the model's own
+    distribution at ``temperature`` (one forward pass over prompt and completion, not agon's scoring): a token is
+    kept when fewer than ``top_k`` tokens are more likely, and the renormalised mass of the kept tokens more likely
+    than it is below ``top_p``."""
+    batch = policies.batch_tensors(prompts, completions)
+    ids = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
+    attn = torch.cat([batch.prompt_mask, batch.completion_mask], 1)
+    with torch.no_grad(), policies.use_adapter(adapter):
+        logits = policies.model(input_ids=ids, attention_mask=attn,
+                                position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
+    probs = (logits[:, batch.prompt_ids.size(1) - 1 : -1].double() / temperature).softmax(-1)  # [B, T, V]
+    chosen = probs.gather(-1, batch.completion_ids.unsqueeze(-1))  # [B, T, 1]
+    above = probs > chosen
+    if top_k:
+        kept_by_k = (probs >= probs.topk(top_k, -1).values[..., -1:])
+        probs = probs * kept_by_k / (probs * kept_by_k).sum(-1, keepdim=True)
+        above &= kept_by_k
+        outside_k = above.sum(-1) >= top_k
+    else:
+        outside_k = torch.zeros_like(chosen[..., 0], dtype=torch.bool)
+    outside_p = (probs * above).sum(-1) >= top_p
+    return int(((outside_k | outside_p) & batch.completion_mask.bool()).sum())
+
+
+@pytest.mark.parametrize("engine", ["hf", "hf_continuous"])
+def test_sampled_tokens_stay_inside_the_top_k_top_p_set_and_the_trainer_scores_that_distribution(
+        tiny_base, engine):
+    """At top_k=3, top_p=0.7 no sampled token falls outside the kept set (the check finds hundreds outside at
+    top_k=0, top_p=1, so it can fail), and the trainer's log-probs are those of the truncated distribution: they
+    exceed the full softmax's by log(1 / kept mass) and are the same whichever engine sampled."""
+    cfg, _ = tiny_base
+    policies = _fresh_policies(tiny_base, 0.3)
+    prompts = _prompts(cfg, policies, 24) * 2
+    sampler = build_engine(compose_config(TEST_WORLD + [f"generation.engine={engine}"]), policies)
+    for adapter in ("A", "B"):
+        truncated = sampler.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8, top_k=3, top_p=0.7))
+        assert sum(c.n_tokens for c in truncated) > 300
+        assert _outside_kept_set(policies, prompts, truncated, adapter, 0.8, 3, 0.7) == 0
+        full = sampler.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8))
+        assert _outside_kept_set(policies, prompts, full, adapter, 0.8, 3, 0.7) > 20
+        batch = policies.batch_tensors(prompts, truncated)
+        with torch.no_grad(), policies.use_adapter(adapter):
+            kept = policies.token_logps(batch, None, 0.8, 512, 3, 0.7)
+            whole = policies.token_logps(batch, None, 0.8)
+        mask = batch.completion_mask.bool()
+        assert bool((kept[mask] >= whole[mask] - 1e-6).all()) and float((kept - whole)[mask].mean()) > 1e-2
 
 
 # -- with vLLM ------------------------------------------------------------------------------------------------------
@@ -285,6 +384,63 @@ def test_a_five_step_agon_run_with_vllm_finishes_and_writes_its_summary(agon_cac
     for r in steps:
         assert r["role/drafter/sampling/sampling_logp_difference/max"] < 1e-4
         assert r["role/challenger/sampling/importance_sampling_ratio/min"] > 0.99
+
+
+@pytest.mark.vllm(seconds=420)
+def test_vllm_with_top_k_top_p_in_training_keeps_the_weights_at_one_and_the_gradient_of_hf(
+        step_cfg, tiny_base, tmp_path, bounded):
+    """Training sampled by vLLM at top_k=5, top_p=0.8: the trainer scores the same truncated distribution, so the
+    mean importance weight of each role stays within [0.9, 1.1] over two steps, and the loss's gradient on one
+    batch is within 2x of the gradient without sampler weights (what the hf engine, which reports none, trains
+    with). Scored with the full softmax instead (the bug this fixes) the same rollouts' weights fall below 0.9."""
+    from agon.grpo import sampler_correction
+    from agon.rewards import compute_rewards
+    from agon.rollout import play_split
+
+    for item in VLLM + ["trainer.top_k=5", "trainer.top_p=0.8", "trainer.vllm_importance_sampling_mode=sequence_mask",
+                        "trainer.vllm_importance_sampling_clip_max=null"]:
+        key, value = item.split("=")
+        OmegaConf.update(step_cfg, key, None if value == "null" else value)
+    policies = _fresh_policies(tiny_base, 0.1)
+    trainer = Trainer(step_cfg, policies, build_task(step_cfg.task), Recorder(tmp_path), tmp_path,
+                      log=lambda *_: None)
+    try:
+        for _ in range(2):
+            m = trainer.step()
+            for role in ("drafter", "challenger"):
+                assert 0.9 <= m[f"role/{role}/sampling/importance_sampling_ratio/mean"] <= 1.1, m
+        game, rows = play_split(trainer.ranks, policies, trainer.task, step_cfg.model, trainer.next_problems(),
+                                drafter="A", challenger="B", exchange="visible", group_size=4,
+                                sampling=trainer.sampling, engine=trainer.engine)
+        rewards = compute_rewards(game.outcome(), step_cfg.reward)
+        batch = role_batches(policies, game, {"drafter": rewards.drafter}, rows, "group", 1e-4)[0]
+        assert batch.sampler_logps is not None and float(batch.advantages.abs().sum()) > 0
+
+        def grad_norm(b) -> float:
+            policies.model.zero_grad(set_to_none=True)
+            trainer.loss_backward(b)
+            return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in policies.parameters("A")])))
+
+        corrected, unweighted = grad_norm(batch), grad_norm(dataclasses.replace(batch, sampler_logps=None))
+        assert 0.5 <= corrected / unweighted <= 2.0
+        with torch.no_grad(), policies.use_adapter("A"):
+            full = policies.token_logps(batch.tokens, None, step_cfg.trainer.temperature)
+        weights = sampler_correction(full, batch.sampler_logps, batch.mask, "sequence_mask", None, None)
+        assert float(weights.mean()) < 0.9
+    finally:
+        trainer.engine.close()
+
+
+@pytest.mark.vllm(seconds=300)
+def test_vllm_samples_stay_inside_the_top_k_top_p_set(served, bounded):
+    cfg, policies, engine = served
+    prompts = _prompts(cfg, policies, 24) * 2
+    for adapter in ("A", "B"):
+        truncated = engine.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8, top_k=3, top_p=0.7))
+        assert sum(c.n_tokens for c in truncated) > 300
+        assert _outside_kept_set(policies, prompts, truncated, adapter, 0.8, 3, 0.7) == 0
+        full = engine.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8))
+        assert _outside_kept_set(policies, prompts, full, adapter, 0.8, 3, 0.7) > 20
 
 
 @pytest.mark.vllm(seconds=180)

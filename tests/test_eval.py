@@ -24,7 +24,7 @@ class TrustingEngine(Engine):
         super().__init__(policies)
         self.task = task
 
-    def sample(self, prompts, adapter, sampling):
+    def sample(self, prompts, adapter, sampling, on_sampled=None):
         out = []
         for prompt in prompts:
             message = prompt.split("<|im_start|>u", 1)[1].split("<|im_end|>", 1)[0]

@@ -44,6 +44,24 @@ def test_truncation_is_said_once_naming_the_budget():
     assert said[2][0][0] == "truncated" and "trainer.max_new_tokens=256" in said[2][0][1] and "97%" in said[2][0][1]
 
 
+def test_a_low_importance_weight_in_any_one_role_is_said_after_the_streak():
+    """The challenger alone has its weights far below 1 (the drafter's are fine): one role is enough, and the
+    message names the role's weight and the settings that put the sampler and the trainer apart."""
+    watch = _watch()
+    key = "sampling/importance_sampling_ratio/mean"
+    low = _metrics(0.0, 0.0) | {f"role/drafter/{key}": 1.0, f"role/challenger/{key}": 0.31}
+    fine = _metrics(0.0, 0.0) | {f"role/drafter/{key}": 0.97, f"role/challenger/{key}": 1.02}
+    said = [watch.observe(low, 1), watch.observe(low, 2), watch.observe(fine, 3)]
+    said += [watch.observe(low, step) for step in (4, 5, 6, 7)]
+    assert [len(s) for s in said] == [0, 0, 0, 0, 0, 1, 0]
+    cause, message = said[5][0]
+    assert cause == "sampler_mismatch"
+    assert "challenger 0.31" in message and "steps 4-6" in message and "top_p" in message
+    # a run without sampler log-probs (the hf engine) has no such metric: never said
+    quiet = _watch()
+    assert not any(quiet.observe(_metrics(0.0, 0.0), step) for step in range(1, 6))
+
+
 def test_prompts_past_the_context_are_said_at_once():
     watch = _watch()
     said = watch.observe(_metrics(0.0, 0.0, limited=2), 1)

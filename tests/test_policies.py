@@ -215,3 +215,92 @@ def test_ignore_eos_runs_every_completion_to_the_budget_and_ends_the_text_at_the
     assert all(e is not None and e < 23 for e in ends), ends  # each turn ended early, and sampling went on
     for c, end in zip(full, ends):
         assert c.text == policies.tokenizer.decode(c.token_ids[:end]), c.text
+
+
+# -- float32 adapters over a bfloat16 base ------------------------------------------------------------------------
+
+
+def _lora_dtypes(model, adapter: str) -> set[torch.dtype]:
+    from agon.policies import lora_parameters
+
+    return {p.dtype for _, p in lora_parameters(model, adapter)}
+
+
+@pytest.mark.parametrize("peft_casts_added_adapters", [True, False], ids=["peft_now", "peft_before_0_19"])
+def test_every_adapter_is_float32_over_a_bfloat16_base(tiny_base, monkeypatch, peft_casts_added_adapters):
+    """get_peft_model upcasts its adapter; PEFT before 0.19 left add_adapter's in the base's bfloat16 (replayed here
+    with PEFT's own switch), where lr 1e-5 updates round away. Policies makes both float32 either way."""
+    import copy
+    import functools
+
+    import peft
+
+    from agon.policies import Completion, Policies
+
+    cfg, (model, tok) = tiny_base
+    if not peft_casts_added_adapters:
+        monkeypatch.setattr(peft.PeftModel, "add_adapter",
+                            functools.partialmethod(peft.PeftModel.add_adapter, autocast_adapter_dtype=False))
+    policies = Policies(copy.deepcopy(model).to(torch.bfloat16), tok, ["A", "B"], cfg.model.lora)
+    for adapter in ("A", "B"):
+        assert _lora_dtypes(policies.model, adapter) == {torch.float32}, adapter
+        assert all(p.dtype == torch.float32 for p in policies.parameters(adapter))
+    assert {p.dtype for n, p in policies.model.named_parameters() if "lora_" not in n} == {torch.bfloat16}
+    # float32 adapters on a bfloat16 base still score and backpropagate
+    batch = policies.batch_tensors([policies.render("1+2")], [Completion("", (5, 6, 7), True)])
+    with policies.use_adapter("B"):
+        policies.token_logps(batch).sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in policies.parameters("B"))
+
+
+def test_lora_to_float32_upcasts_adapters_peft_left_in_bfloat16_and_the_check_names_them(tiny_base):
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from agon.policies import AdapterDtypeError, check_lora_float32, lora_to_float32
+
+    cfg, (model, _) = tiny_base
+    targets = cfg.model.lora.target_modules
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=targets if isinstance(targets, str) else list(targets),
+                        task_type="CAUSAL_LM")
+    peft_model = get_peft_model(copy.deepcopy(model).to(torch.bfloat16), config, adapter_name="A",
+                                autocast_adapter_dtype=False)
+    peft_model.add_adapter("B", config, autocast_adapter_dtype=False)
+    assert _lora_dtypes(peft_model, "A") == _lora_dtypes(peft_model, "B") == {torch.bfloat16}
+    with pytest.raises(AdapterDtypeError, match="'A': \\['torch.bfloat16'\\]"):
+        check_lora_float32(peft_model, ["A", "B"])
+    before = {n: p.detach().clone() for n, p in peft_model.named_parameters()}
+    lora_to_float32(peft_model)
+    assert _lora_dtypes(peft_model, "A") == _lora_dtypes(peft_model, "B") == {torch.float32}
+    for n, p in peft_model.named_parameters():  # bfloat16 -> float32 is exact; the base is untouched
+        assert torch.equal(p.detach(), before[n].to(p.dtype)) and (p.dtype == torch.bfloat16) == ("lora_" not in n)
+    check_lora_float32(peft_model, ["A", "B"])
+    with pytest.raises(AdapterDtypeError, match="'C': \\[\\]"):  # an adapter with no LoRA weights at all
+        check_lora_float32(peft_model, ["A", "C"])
+
+
+# -- no attention mask where nothing is padded ---------------------------------------------------------------------
+
+
+def test_an_unpadded_row_is_scored_without_an_attention_mask_and_scores_as_in_a_padded_batch(policies):
+    """A solo row (what length_batches gives a long row) reaches the decoder with no mask, so SDPA's causal path can
+    run; a padded selection keeps its mask. Both give the row the same log-probs."""
+    from agon.policies import Completion
+
+    prompts = [policies.render("1+2+3"), policies.render("12+30-4")]
+    completions = [Completion("", tuple(range(5, 45)), True), Completion("", (8, 9, 10), True)]
+    batch = policies.batch_tensors(prompts, completions)
+    masks: list = []
+    decoder, _ = policies._decoder_and_head()
+    hook = decoder.register_forward_pre_hook(lambda m, args, kw: masks.append(kw.get("attention_mask")),
+                                             with_kwargs=True)
+    try:
+        with torch.no_grad(), policies.use_adapter("A"):
+            both = policies.token_logps(batch)
+            alone = [policies.token_logps(batch, slice(i, i + 1)) for i in range(2)]
+    finally:
+        hook.remove()
+    assert masks[0] is not None and masks[0].shape == (2, batch.prompt_ids.size(1) + 40)
+    assert masks[1] is None and masks[2] is None
+    torch.testing.assert_close(torch.cat(alone), both, atol=1e-5, rtol=1e-5)

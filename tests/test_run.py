@@ -4,6 +4,7 @@ resume of an interrupted run, and re-evaluation of a finished one."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from agon.run import run
 from agon.run_files import read_jsonl
 from tests.conftest import SMALL_RUN, TEST_WORLD, compose_config
 
+ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ["eval/accuracy", "eval/accuracy_at_start", "eval/final_trace_tokens", "eval/n_problems",
             "train/steps", "train/generated_tokens", "time/total_s", "eval/cascade_acc_AB", "eval/cascade_acc_BA",
             "eval/solo_acc_A", "eval/solo_acc_B", "eval/conversion_rate", "eval/regression_rate", "git_commit",
@@ -167,3 +169,36 @@ def test_a_run_saved_before_token_budgets_still_loads_for_reevaluation(tmp_path)
     OmegaConf.save(OmegaConf.create(saved), tmp_path / ".hydra" / "config.yaml")
     cfg = load_run_config(tmp_path, ["eval.n_problems=4"])
     assert cfg.eval.generation_batch_tokens == cfg.trainer.generation_batch_tokens and cfg.eval.n_problems == 4
+
+
+def _agon_run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """``python -m agon.run <args>`` as a user types it, in ``cwd`` (Hydra writes its outputs/ there)."""
+    env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run([sys.executable, "-m", "agon.run", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_user_error_is_one_line_and_its_traceback_one_variable_away(tmp_path):
+    """A bad config value, a model that cannot load: the message alone, exit code 1; HYDRA_FULL_ERROR=1 gives the
+    traceback, as it does of Hydra's own errors."""
+    bad_value = ["trainer.num_generations=1", "logger=none"]
+    out = _agon_run(bad_value, tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.splitlines() == ["error: trainer.num_generations=1: a GRPO group needs at least 2 completions "
+                                       "per problem"], out.stderr
+    out = _agon_run(["model.path=" + str(tmp_path / "missing"), "logger=none"], tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("error: model.path="), out.stderr
+
+    out = _agon_run(bad_value, tmp_path, HYDRA_FULL_ERROR="1")
+    assert out.returncode == 1 and "Traceback" in out.stderr, out.stderr
+    assert "ConfigError: trainer.num_generations=1" in out.stderr and "in validate" in out.stderr, out.stderr
+
+
+def test_a_sweep_runs_every_cell_and_then_fails_as_hydra_does(tmp_path):
+    out = _agon_run(["-m", "trainer.num_generations=1", "trainer.max_steps=1,2", "logger=none"], tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    # the first cell's error did not end the sweep: the second cell was launched, then Hydra reported the first
+    assert "#1 : trainer.num_generations=1 trainer.max_steps=2" in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "Error executing job with overrides: ['trainer.num_generations=1', 'trainer.max_steps=1'" in out.stderr
+    assert "ConfigError: trainer.num_generations=1" in out.stderr, out.stderr

@@ -32,6 +32,51 @@ def test_selective_logps_equal_the_full_log_softmax_values_and_grads(temperature
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("top_k,top_p", [(20, 0.95), (0, 0.8), (5, 1.0), (50, 0.5)])
+def test_truncated_logps_equal_the_log_softmax_of_the_samplers_own_warped_logits(top_k, top_p):
+    """With top-k/top-p the log-probs are those of the distribution transformers' sampler draws from (its own
+    TopK/TopP warpers after the temperature), values and grads, chunked or not; the full softmax differs."""
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    n, hidden_size, vocab, temperature = 200, 48, 3000, 0.6
+    hidden = torch.randn(n, hidden_size).requires_grad_()
+    head = torch.nn.Linear(hidden_size, vocab, bias=False)
+    with torch.no_grad():
+        head.weight.mul_(8)  # peaked rows, as a trained model's: top-p keeps a few tokens
+        warped = head(hidden) / temperature
+        if top_k:
+            warped = TopKLogitsWarper(top_k)(None, warped)
+        if top_p < 1:
+            warped = TopPLogitsWarper(top_p)(None, warped)
+        # what the sampler draws: one token per row from the warped distribution
+        ids = torch.multinomial(warped.softmax(-1), 1).squeeze(-1)
+    weights = torch.randn(n)
+
+    ours = selective_logps(hidden, ids, head, temperature, 37, top_k, top_p)
+    (ours * weights).sum().backward()
+    got = (ours.detach(), hidden.grad.clone(), head.weight.grad.clone())
+    hidden.grad, head.weight.grad = None, None
+    sampler = torch.log_softmax(head(hidden) / temperature + (warped.isinf() * -1e9), -1)
+    want = sampler.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    (want * weights).sum().backward()
+    for g, w in zip(got, (want.detach(), hidden.grad, head.weight.grad)):  # float32 sums of 200 rows' grads
+        torch.testing.assert_close(g, w, atol=5e-5, rtol=1e-4)
+    torch.testing.assert_close(got[0], full_logps(head(hidden), ids, temperature, top_k, top_p).detach())
+    # the untruncated softmax puts mass outside the kept set: every log-prob is lower by log(kept mass)
+    gap = full_logps(head(hidden), ids, temperature).detach() - got[0]
+    assert float(gap.max()) <= 1e-6 and float(gap.mean()) < -1e-5
+
+
+def test_a_sampled_token_just_outside_the_trainers_kept_set_keeps_a_finite_log_prob():
+    """Numerics can put the sampled token just past the trainer's top-k boundary; its log-prob must stay finite
+    (renormalised with it), or the importance ratio and the loss would be NaN."""
+    logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]])
+    out = full_logps(logits, torch.tensor([[3]]).squeeze(-1), 1.0, top_k=2)
+    assert torch.isfinite(out).all()
+    expected = 1.0 - torch.logsumexp(torch.tensor([4.0, 3.0, 1.0]), 0)
+    torch.testing.assert_close(out, expected.reshape(1))
+
+
 def test_selective_logps_without_grad_builds_no_graph():
     head = torch.nn.Linear(8, 100)
     with torch.no_grad():

@@ -19,6 +19,7 @@ from agon.methods import Turn, get_method
 from agon.policies import Policies
 from agon.recorder import Recorder
 from agon.rewards import compute_rewards
+from agon.role_batch import RoleBatch
 from agon.run_files import read_jsonl
 from agon.tasks import Verdict, build_task
 from agon.trainer import Trainer, TrainingError
@@ -335,3 +336,78 @@ def test_divergence_is_zero_for_twins_and_one_for_opposites(policies):
             if "lora_B" in n and n.endswith(".B.weight"):
                 p.neg_()
     assert policies.divergence() == pytest.approx(1.0, abs=1e-6)
+
+
+# -- micro-batches by length ----------------------------------------------------------------------------------------
+
+# completion lengths of a length-skewed batch: three long rows among short ones, in no order
+SKEWED = [6, 180, 3, 9, 120, 2, 7, 200, 5, 4]
+# a budget that holds the short rows together, and solo rows from 100 tokens (the long three)
+SKEWED_BUDGET, SKEWED_SOLO = 400, 100
+
+
+def _skewed_batch(policies: Policies, adapter: str = "B") -> RoleBatch:
+    """Random completion tokens (so every row scores differently) under prompts of several lengths."""
+    from agon.policies import Completion
+
+    gen = torch.Generator().manual_seed(0)
+    vocab = len(policies.tokenizer)
+    completions = [Completion("", tuple(torch.randint(5, vocab, (n,), generator=gen).tolist()), True)
+                   for n in SKEWED]
+    prompts = [policies.render(q) for q in ("1+2", "12+30-4", "3+3+3", "40-1", "2+2+2+2")] * 2
+    tokens = policies.batch_tensors(prompts, completions)
+    n = len(SKEWED)
+    return RoleBatch(role="drafter", adapter=adapter, tokens=tokens, advantages=torch.randn(n, generator=gen),
+                     group_ids=torch.arange(n) // 2, batch_tokens=float(tokens.completion_mask.sum()), batch_rows=n,
+                     frac_zero_std=0.0)
+
+
+def _row_by_row(policies: Policies, batch: RoleBatch, adapter: str | None, t) -> torch.Tensor:
+    """[b, T] each row's log-probs scored alone, the reference a permutation cannot fool."""
+    with torch.no_grad(), policies.use_adapter(adapter):
+        return torch.cat([policies.token_logps(batch.tokens, slice(i, i + 1), t.temperature, t.logit_chunk_tokens,
+                                               t.top_k, t.top_p) for i in range(len(batch))])
+
+
+def test_old_and_ref_logps_come_back_in_the_batchs_row_order(step_cfg, policies, tmp_path):
+    """Micro-batches sorted by length permute the rows; Trainer._logps must put every row back in its place."""
+    t = step_cfg.trainer
+    t.scoring_batch_tokens, t.solo_row_tokens = SKEWED_BUDGET, SKEWED_SOLO
+    policies.perturb("B", 0.02, seed=0)
+    trainer = _trainer(step_cfg, policies, tmp_path)
+    batch = _skewed_batch(policies)
+    parts = list(batch.micro_batches(SKEWED_BUDGET, t.micro_batch_size, SKEWED_SOLO))
+    assert [len(mb) for mb in parts] == [1, 1, 1, 7]
+    assert not torch.equal(torch.cat([mb.rows for mb in parts]), torch.arange(len(batch)))
+    for adapter in ("B", None):
+        torch.testing.assert_close(trainer._logps(batch, adapter), _row_by_row(policies, batch, adapter, t),
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_the_gradient_of_a_length_skewed_batch_does_not_depend_on_how_it_is_cut(step_cfg, policies, tmp_path):
+    """The loss is normalised by the whole batch's tokens and rows: sorted micro-batches with solo long rows give the
+    gradient, loss and clip ratios of the same batch in one micro-batch, up to the order of float sums. Old and
+    reference log-probs off the current policy make the ratio clip and the KL count, so a row paired with another
+    row's old or reference log-probs changes the gradient."""
+    t = step_cfg.trainer
+    t.beta = 0.1
+    policies.perturb("B", 0.02, seed=0)
+    trainer = _trainer(step_cfg, policies, tmp_path)
+    batch = _skewed_batch(policies)
+    gen = torch.Generator().manual_seed(1)
+    old = _row_by_row(policies, batch, "B", t) + 0.3 * torch.randn(batch.mask.shape, generator=gen) * batch.mask
+    batch = replace(batch, old_logps=old, ref_logps=_row_by_row(policies, batch, None, t))
+    grads, stats = {}, {}
+    for name, budget, solo in (("one", 10**6, 10**6), ("by_length", SKEWED_BUDGET, SKEWED_SOLO)):
+        t.scoring_batch_tokens, t.solo_row_tokens = budget, solo
+        assert len(list(batch.micro_batches(budget, t.micro_batch_size, solo))) == (1 if name == "one" else 4)
+        for p in policies.parameters("B"):
+            p.grad = None
+        stats[name] = trainer.loss_backward(batch)
+        grads[name] = [p.grad.clone() for p in policies.parameters("B")]
+    scale = max(float(g.abs().max()) for g in grads["one"])
+    assert scale > 0 and stats["one"]["clip_ratio/low"] + stats["one"]["clip_ratio/high"] > 0
+    for g, h in zip(grads["one"], grads["by_length"], strict=True):
+        torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-5 * scale)
+    for key, value in stats["one"].items():
+        assert stats["by_length"][key] == pytest.approx(value, rel=1e-4, abs=1e-7), key

@@ -76,13 +76,14 @@ class ArithmeticTask(Task):
         return Problem(id=expr, question=expr, answer=str(evaluate(expr)))
 
     def _draw(self, seed: int, n: int, exclude: set[str]) -> list[str]:
-        c = self.cfg
+        # plain ints once: an OmegaConf lookup per draw was most of the seconds 100,000 problems took
+        lo, hi, top = int(self.cfg.min_terms), int(self.cfg.max_terms), int(self.cfg.max_operand)
         rng, seen, out = random.Random(seed), set(exclude), []
         # the space of problems is large (10^7 at the defaults); the attempt cap only guards tiny configs
         for _ in range(50 * n):
             if len(out) == n:
                 break
-            expr = random_expression(rng, c.min_terms, c.max_terms, c.max_operand)
+            expr = random_expression(rng, lo, hi, top)
             if expr not in seen:
                 seen.add(expr)
                 out.append(expr)
