@@ -272,7 +272,8 @@ class TrainerConfig:
     resume: str = "auto"
     # bad (non-finite) steps tolerated in a row before the run aborts
     max_bad_steps: int = 3
-    # the sampler-trainer mismatch correction when the engine gives log-probs (vLLM), TRL's names and defaults
+    # the sampler-trainer mismatch correction when the engine gives log-probs (vLLM), TRL's names; token-level
+    # truncation with a cap of 2 by default rather than TRL's sequence_mask (docs/generation.md)
     vllm_importance_sampling_correction: bool = True
     # token_truncate | token_mask | sequence_truncate | sequence_mask
     vllm_importance_sampling_mode: str = "token_truncate"
