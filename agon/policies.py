@@ -296,8 +296,7 @@ class Policies:
         return [p for _, p in lora_parameters(self.model, adapter)]
 
     def lora_state(self, adapter: str) -> dict[str, torch.Tensor]:
-        return {n: p.detach().clone() for n, p in self.model.named_parameters()
-                if "lora_" in n and n.endswith(f".{adapter}.weight")}
+        return {n: p.detach().clone() for n, p in lora_parameters(self.model, adapter)}
 
     def _activate(self, name: str) -> None:
         self.model.set_adapter(name)
