@@ -244,6 +244,17 @@ def _outside_kept_set(policies: Policies, prompts, completions, adapter, tempera
     return int(((outside_k | outside_p) & batch.completion_mask.bool()).sum())
 
 
+def _sampled_inside_the_kept_set(engine, policies: Policies, prompts, adapter) -> list[Completion]:
+    """``engine``'s completions at temperature 0.8, top_k=3, top_p=0.7, after asserting that none of their tokens
+    falls outside the kept set, and that the same check finds tokens outside it at full support (it can fail)."""
+    truncated = engine.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8, top_k=3, top_p=0.7))
+    assert sum(c.n_tokens for c in truncated) > 300
+    assert _outside_kept_set(policies, prompts, truncated, adapter, 0.8, 3, 0.7) == 0
+    full = engine.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8))
+    assert _outside_kept_set(policies, prompts, full, adapter, 0.8, 3, 0.7) > 20
+    return truncated
+
+
 @pytest.mark.parametrize("engine", ["hf", "hf_continuous"])
 def test_sampled_tokens_stay_inside_the_top_k_top_p_set_and_the_trainer_scores_that_distribution(
         tiny_base, engine):
@@ -255,11 +266,7 @@ def test_sampled_tokens_stay_inside_the_top_k_top_p_set_and_the_trainer_scores_t
     prompts = _prompts(cfg, policies, 24) * 2
     sampler = build_engine(compose_config(TEST_WORLD + [f"generation.engine={engine}"]), policies)
     for adapter in ("A", "B"):
-        truncated = sampler.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8, top_k=3, top_p=0.7))
-        assert sum(c.n_tokens for c in truncated) > 300
-        assert _outside_kept_set(policies, prompts, truncated, adapter, 0.8, 3, 0.7) == 0
-        full = sampler.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8))
-        assert _outside_kept_set(policies, prompts, full, adapter, 0.8, 3, 0.7) > 20
+        truncated = _sampled_inside_the_kept_set(sampler, policies, prompts, adapter)
         batch = policies.batch_tensors(prompts, truncated)
         with torch.no_grad(), policies.use_adapter(adapter):
             kept = policies.token_logps(batch, None, 0.8, 512, 3, 0.7)
@@ -436,11 +443,7 @@ def test_vllm_samples_stay_inside_the_top_k_top_p_set(served, bounded):
     cfg, policies, engine = served
     prompts = _prompts(cfg, policies, 24) * 2
     for adapter in ("A", "B"):
-        truncated = engine.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8, top_k=3, top_p=0.7))
-        assert sum(c.n_tokens for c in truncated) > 300
-        assert _outside_kept_set(policies, prompts, truncated, adapter, 0.8, 3, 0.7) == 0
-        full = engine.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8))
-        assert _outside_kept_set(policies, prompts, full, adapter, 0.8, 3, 0.7) > 20
+        _sampled_inside_the_kept_set(engine, policies, prompts, adapter)
 
 
 @pytest.mark.vllm(seconds=180)
