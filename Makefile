@@ -81,8 +81,8 @@ mutation: install ## mutation testing: the named wiring bugs must each fail the 
 bench: install ## ratios measured side by side, equal work: Agon vs GRPO step, agon vs TRL GRPO step, scoring memory
 	$(PY) -m agon.bench $(ARGS)
 
-smoke-real: install ## the real code path at Qwen3-0.6B's exact shape on CPU: 2 Agon steps, one evaluation
-	$(PY) -m agon.smoke_real $(ARGS)
+smoke-real: install ## a model's exact shape on CPU (MODEL=qwen3_0.6b; any conf/model with a shape): 2 Agon steps, one eval
+	$(PY) -m agon.smoke_real --model $(or $(MODEL),qwen3_0.6b) $(ARGS)
 
 # the GPU check (docs/gpu.md): no install step, so it runs on a bare GPU image with the wheels of `make gpu-wheels`;
 # .venv's interpreter where there is one, else python3

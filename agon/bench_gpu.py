@@ -138,10 +138,11 @@ def versions() -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def tokenizer():
-    """Qwen3-like tokenizer (``agon.qwen3_shape``); built once per process, it takes seconds."""
-    from agon.qwen3_shape import build_tokenizer
+    """Qwen3-like tokenizer (``agon.model_shape``); built once per process, it takes seconds."""
+    from agon.families import get_family
+    from agon.model_shape import build_tokenizer
 
-    return build_tokenizer()
+    return build_tokenizer(get_family("qwen3").shape)
 
 
 def compose(overrides: list[str]):
@@ -155,11 +156,12 @@ def random_model(shape: dict | None, dtype: torch.dtype, device: str):
     init of 0.6B parameters on the GPU takes a fraction of the time it takes on the CPU)."""
     from transformers import AutoModelForCausalLM
 
-    from agon.qwen3_shape import qwen3_config
+    from agon.families import get_family
 
     torch.manual_seed(0)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(qwen3_config("0.6b", **(shape or {})), dtype=dtype)
+        model = AutoModelForCausalLM.from_config(get_family("qwen3").shape_config("0.6b", **(shape or {})),
+                                                 dtype=dtype)
     for p in model.parameters():
         p.requires_grad_(False)
     return model
@@ -569,10 +571,11 @@ def run(args: argparse.Namespace, device: str, shape: dict | None, dtype: torch.
     print(f"[bench-gpu] {report.data['device']}, torch {torch.__version__}, transformers "
           f"{report.data['transformers']}: {', '.join(args.parts)} -> {report.path}", flush=True)
 
-    from agon.qwen3_shape import SHAPES
+    from agon.families import get_family
 
     if "collectives" in args.parts:
-        r = report.run("collectives", lambda: collectives(device, {**SHAPES["0.6b"], **(shape or {})}, 16,
+        sizes = get_family("qwen3").shape.sizes
+        r = report.run("collectives", lambda: collectives(device, {**sizes["0.6b"], **(shape or {})}, 16,
                                                           args.collectives_timeout))
         checks = {k: v.get("ok") for k, v in r.items() if isinstance(v, dict) and "ok" in v}
         if r.get("all_ok") is False:

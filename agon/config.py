@@ -61,6 +61,10 @@ class TinyWorldConfig:
 class ModelConfig:
     # "tiny" builds the offline world; anything else is a hub name or a local directory for from_pretrained
     name: str = "tiny"
+    # the model family (agon/families/<family>.py): loading, chat format, logits, engines that serve it
+    family: str = "qwen3"
+    # the family's published shape this config stands for (agon.model_shape builds it offline); null: none
+    shape: Optional[str] = None
     # a local directory holding the weights; wins over the hub name when set
     path: Optional[str] = None
     # float32 | bfloat16 | float16
@@ -524,6 +528,23 @@ def _check_warm_start(task: Any) -> None:
             raise ConfigError(f"{key}={a} must be at least 2 and at most the matching max_terms ({b})")
 
 
+def _check_family(cfg: DictConfig) -> None:
+    """``model.family`` names a family, and the engine the run will sample with serves it."""
+    from agon.engines import engine_name
+    from agon.families import get_family, known_families
+
+    try:
+        family = get_family(cfg.model.family)  # imported, so registered, before engine_name asks
+    except KeyError:
+        raise ConfigError(f"model.family={cfg.model.family!r} is not valid; choose one of {known_families()}")
+    name = engine_name(cfg)
+    if name not in family.engines:
+        key = "generation.engine" if name == cfg.generation.engine else "generation.fallback"
+        why = family.engine_notes.get(name, "")
+        raise ConfigError(f"{key}={name} does not serve model.family={family.name} ({family.label}) with a LoRA on "
+                          f"each adapter{' (' + why + ')' if why else ''}; choose one of {list(family.engines)}")
+
+
 def validate(cfg: DictConfig) -> None:
     """Checks that need more than one key or a registry. Raises ConfigError naming the full key."""
     from agon.distributed import launched_world_size
@@ -544,6 +565,7 @@ def validate(cfg: DictConfig) -> None:
     _one_of("model.dtype", cfg.model.dtype, DTYPES)
     _one_of("task.kind", cfg.task.kind, list(TASKS))
     _one_of("generation.engine", cfg.generation.engine, list(ENGINES))
+    _check_family(cfg)
     if cfg.generation.fallback is not None:
         _one_of("generation.fallback", cfg.generation.fallback, [n for n in ENGINES if n != "vllm"])
     _one_of("generation.vllm.placement", cfg.generation.vllm.placement, PLACEMENTS)

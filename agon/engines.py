@@ -108,8 +108,13 @@ register_engine = ENGINES.register
 def engine_name(cfg: Any) -> str:
     """The engine a run samples with: ``generation.engine``, or ``generation.fallback`` when the engine is vLLM and
     vLLM is installed neither here nor at the worker's python (the paper presets: vLLM where a GPU cluster has it,
-    transformers' continuous batching where it does not)."""
+    transformers' continuous batching where it does not), or when the engine does not serve ``model.family``."""
+    from agon.families import FAMILIES
+
     g = cfg.generation
+    family = FAMILIES.get(cfg.model.family)
+    if g.fallback and family is not None and g.engine not in family.engines:
+        return g.fallback
     if g.engine == "vllm" and g.fallback:
         try:
             vllm_placement(cfg)
@@ -122,8 +127,9 @@ def build_engine(cfg: Any, policies: Policies, ranks: Ranks = Ranks(), log: Call
     """The engine ``engine_name`` picks, over ``policies``."""
     name = engine_name(cfg)
     if name != cfg.generation.engine:
-        log(f"[engine] generation.engine={cfg.generation.engine}: vLLM is not installed here nor at the worker's "
-            f"python ({worker_python(cfg.generation.vllm)}); sampling with generation.fallback={name} instead")
+        log(f"[engine] generation.engine={cfg.generation.engine} does not serve model.family={cfg.model.family} "
+            f"or is not installed here nor at the worker's python ({worker_python(cfg.generation.vllm)}); "
+            f"sampling with generation.fallback={name} instead")
     return ENGINES.get_or_raise(name)(policies, cfg, ranks, log)
 
 
@@ -350,7 +356,8 @@ class VLLMEngine(Engine):
                       enforce_eager=device.type == "cpu" if v.enforce_eager is None else v.enforce_eager,
                       gpu_memory_utilization=v.gpu_memory_utilization, max_num_seqs=v.max_num_seqs,
                       # prompts in and completions out are token ids: vLLM never needs the tokenizer
-                      skip_tokenizer_init=True, external_launcher=placement == "inprocess" and ranks.world > 1)
+                      skip_tokenizer_init=True, external_launcher=placement == "inprocess" and ranks.world > 1,
+                      **policies.family.vllm_engine_args)
         env = {"VLLM_CPU_KVCACHE_SPACE": str(v.cpu_kv_cache_gib)} if device.type == "cpu" else {}
         forced = {}
         if device.type == "cuda" and placement == "worker":  # the worker sees this rank's GPU only

@@ -40,8 +40,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from agon.families import Family, get_family
 from agon.scoring import selective_logps
-from agon.tasks.text import THINK_OPEN
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -162,19 +162,6 @@ def check_lora_float32(model: torch.nn.Module, adapters: Sequence[str]) -> None:
             f"base's dtype; Policies casts them with lora_to_float32)")
 
 
-def end_of_turn_ids(tokenizer: Any, generation_config: Any = None) -> set[int]:
-    """The tokens that end a completion, the same for every engine: the tokenizer's end of sequence, ``<|im_end|>``
-    where the vocabulary has it, and every ``eos_token_id`` of the model's generation config (Qwen3's lists both
-    ``<|im_end|>`` and ``<|endoftext|>``; vLLM stops on all of them, so ``generate`` must too)."""
-    ends = {tokenizer.eos_token_id}
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        ends.add(im_end)
-    configured = getattr(generation_config, "eos_token_id", None)
-    ends |= set(configured if isinstance(configured, (list, tuple)) else [] if configured is None else [configured])
-    return {int(t) for t in ends if t is not None}
-
-
 def _load_error(source: str, model_cfg: Any, exc: Exception) -> ModelLoadError:
     return ModelLoadError(
         f"could not load model {source!r}: not reachable on the hub and not in the local cache ({exc}). "
@@ -190,10 +177,12 @@ def load_tokenizer(model_cfg: Any) -> tuple[Any, int | None]:
         return build_tokenizer(), model_cfg.tiny.max_position
     from transformers import AutoConfig, AutoTokenizer
 
+    from agon.families import get_family
+
     source = model_cfg.path or model_cfg.name
     try:
         return (AutoTokenizer.from_pretrained(source),
-                getattr(AutoConfig.from_pretrained(source), "max_position_embeddings", None))
+                get_family(model_cfg.family).context_length(AutoConfig.from_pretrained(source)))
     except OSError as exc:
         raise _load_error(source, model_cfg, exc) from None
 
@@ -210,13 +199,16 @@ def model_source(model_cfg: Any, task_cfg: Any = None, log=print) -> str:
 
 def load_base(model_cfg: Any, task_cfg: Any = None, log=print, device: str | torch.device | None = None):
     """(model, tokenizer) from the offline world (``name: tiny``), a local path, or the hub, on ``device``
-    (default: ``model.device``, where ``auto`` is the GPU when there is one)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    (default: ``model.device``, where ``auto`` is the GPU when there is one). The model is the language model
+    alone, as ``model.family`` loads it: a multimodal checkpoint's towers never reach the device."""
+    from transformers import AutoTokenizer
+
+    from agon.families import get_family
 
     source = model_source(model_cfg, task_cfg, log)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[model_cfg.dtype])
+        model = get_family(model_cfg.family).load(source, DTYPES[model_cfg.dtype])
     except OSError as exc:
         raise _load_error(source, model_cfg, exc) from None
     device = device or resolve_device(model_cfg.device)
@@ -245,10 +237,11 @@ def resolve_device(choice: str) -> str:
 def build_policies(cfg: Any, model, tokenizer) -> "Policies":
     """The run's adapters on ``model``, initialised as ``cfg.init`` says: ``divergent`` gives B's ``lora_B`` a
     seeded Gaussian perturbation (seed ``init.seed + seed``), ``symmetric`` leaves both at PEFT's zero init."""
+    from agon.families import get_family
     from agon.methods import get_method
 
     policies = Policies(model, tokenizer, get_method(cfg.method.name).adapters, cfg.model.lora,
-                        cfg.model.gradient_checkpointing)
+                        cfg.model.gradient_checkpointing, get_family(cfg.model.family))
     if "B" in policies.adapters and cfg.init.mode == "divergent":
         policies.perturb("B", cfg.init.std, seed=cfg.init.seed + cfg.seed)
     return policies
@@ -257,9 +250,12 @@ def build_policies(cfg: Any, model, tokenizer) -> "Policies":
 class Policies:
     """A frozen base with named LoRA adapters (``A``, optionally ``B``) and helpers to sample and score them."""
 
-    def __init__(self, model, tokenizer, adapters: Sequence[str], lora: Any, gradient_checkpointing: bool = False):
+    def __init__(self, model, tokenizer, adapters: Sequence[str], lora: Any, gradient_checkpointing: bool = False,
+                 family: Family | None = None):
         from peft import LoraConfig, get_peft_model
 
+        # how the base's family writes its turns and computes its logits (Qwen3's when not given)
+        self.family = family or get_family("qwen3")
         config = LoraConfig(
             r=lora.rank,
             lora_alpha=lora.alpha,
@@ -284,10 +280,10 @@ class Policies:
         # from_pretrained leaves eval mode; gradient checkpointing engages only in train mode (sample() switches)
         self.model.train()
         # the longest sequence the model has positions for (prompt plus completion)
-        self.context: int | None = getattr(self.model.config, "max_position_embeddings", None)
+        self.context: int | None = self.family.context_length(self.model.config)
         # a count per adapter of the changes to its weights: an engine holding a copy republishes a changed one
         self.revisions = dict.fromkeys(self.adapters, 0)
-        self.end_ids = end_of_turn_ids(tokenizer, getattr(self.model, "generation_config", None))
+        self.end_ids = self.family.end_of_turn_ids(tokenizer, getattr(self.model, "generation_config", None))
 
     # -- adapters ------------------------------------------------------------------------------------------------
 
@@ -470,21 +466,22 @@ class Policies:
         for end in self.end_ids:  # the end-of-turn token is not part of the answer text
             text = text.replace(self.tokenizer.convert_ids_to_tokens(end), "")
         opening = next((o for o in self._turn_openings if prompt.endswith(o)), "")
-        return Completion(text=opening + text, token_ids=cut, truncated=truncated,
+        return Completion(text=self.family.canonical(opening + text), token_ids=cut, truncated=truncated,
                           logps=None if logps is None else tuple(logps[: len(cut)]))
 
     @functools.cached_property
     def _turn_openings(self) -> tuple[str, ...]:
-        """Openings of the assistant's turn that the chat template writes into the prompt, from ``<think>`` on
-        (Qwen3 with thinking off closes an empty block there; some templates open one). Longest first."""
+        """Openings of the assistant's turn that the chat template writes into the prompt, from the family's
+        reasoning opener on (Qwen3 with thinking off closes an empty block there; some templates open one). Longest
+        first."""
         found = set()
         for thinking in (True, False):
             user = [{"role": "user", "content": "x"}]
             closed = self.tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=False,
                                                         enable_thinking=thinking)
             suffix = render_chat(self.tokenizer, "x", None, thinking)[len(closed):]
-            if THINK_OPEN in suffix:
-                found.add(suffix[suffix.index(THINK_OPEN):])
+            if self.family.think_open in suffix:
+                found.add(suffix[suffix.index(self.family.think_open):])
         return tuple(sorted(found, key=len, reverse=True))
 
     def _generate(self, prompts: list[str], max_new_tokens: int, temperature: float, top_p: float,
@@ -523,12 +520,11 @@ class Policies:
         return Tokens(enc["input_ids"], enc["attention_mask"], ids, mask)
 
     def _decoder_and_head(self):
-        """The base's decoder stack (final norm included) and its output head, run apart so that the head sees a
-        chunk of tokens at a time. LoRA layers inside the decoder still apply, as does ``disable_adapter``."""
+        """The base's decoder stack (final norm included) and its output head as the family computes its logits, run
+        apart so that the head sees a chunk of tokens at a time. LoRA layers inside the decoder still apply, as does
+        ``disable_adapter``."""
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        head = base.get_output_embeddings()
-        cap = getattr(base.config, "final_logit_softcapping", None)  # Gemma-style models squash their logits
-        return base.get_decoder(), (lambda h: torch.tanh(head(h) / cap) * cap) if cap else head
+        return self.family.decoder_and_head(base)
 
     def token_logps(self, batch: Tokens, rows: slice | None = None, temperature: float = 1.0,
                     chunk_tokens: int = 512, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -560,5 +556,5 @@ class Policies:
         scored = c_mask.bool().to(self.device)
         values = selective_logps(hidden[scored], c_ids.to(self.device)[scored], head, temperature,
                                  chunk_tokens, top_k, top_p)
-        out = torch.zeros(scored.shape, dtype=torch.float32, device=self.device).masked_scatter(scored, values)
+        out = torch.zeros(scored.shape, dtype=values.dtype, device=self.device).masked_scatter(scored, values)
         return torch.nn.functional.pad(out, (0, full_width - width))

@@ -164,6 +164,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "time/total_s": time.time() - t0,
             "method": cfg.method.name, "reward": cfg.reward.name, "exchange": cfg.exchange.mode,
             "rotation": cfg.rotation.mode, "init": cfg.init.mode, "task": cfg.task.name, "model": cfg.model.name,
+            # how tables and figures name the base model (analysis/load.py; model.name for runs without it)
+            "model_label": model_label(cfg.model),
             # what analysis/ needs to name and pool the cell: the axes that change what this method does
             "method_axes": list(method.axes), "method_label": method.label,
             "experiment": cfg.experiment, "seed": cfg.seed, "overrides": _overrides(),
@@ -182,6 +184,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def model_label(model: Any) -> str:
+    """The base model as tables and figures name it: the family's label and the published shape, upper-cased
+    ("Qwen3-0.6B", "Qwen3.5-2B", "Gemma 4 E2B": a hyphen after a one-word label, a space after one with a space,
+    as the model cards write them); "tiny (offline)" for the offline world; ``model.name`` for a model with no
+    shape (a hub name agon has no shape for)."""
+    from agon.families import get_family
+
+    if model.name == "tiny":
+        return "tiny (offline)"
+    shape = model.get("shape")
+    if not shape:
+        return str(model.name)
+    label = get_family(model.family).label
+    return f"{label}{' ' if ' ' in label else '-'}{str(shape).upper()}"
 
 
 def _trial_reporter(cfg: DictConfig, ranks: Ranks) -> Any:

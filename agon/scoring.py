@@ -57,7 +57,9 @@ def kept_support(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor |
 def _chunk_logps(hidden: Tensor, ids: Tensor, head: Head, temperature: float, top_k: int = 0,
                  top_p: float = 1.0) -> Tensor:
     """hidden [n, H], ids [n] -> [n] float32 log-probabilities of ``ids``."""
-    logits = head(hidden).float().div_(temperature)  # [n, V]; in place: the head's backward keeps no output
+    logits = head(hidden)
+    # [n, V] in float32 at least (float64 stays: the exactness tests); in place: the head's backward keeps no output
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).div_(temperature)
     with torch.no_grad():
         keep = kept_support(logits, top_k, top_p)
     if keep is not None:

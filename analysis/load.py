@@ -7,7 +7,8 @@ above several of them, and returns ``Runs(runs, steps, evals)``:
             exists, else "incomplete"), the axes ``method reward exchange rotation init task model experiment
             seed``, ``method_label``, ``overrides``, ``extra`` (overrides that are not an axis or the seed, less
             those every loaded run shares), the cell's ``cell`` label and ``cell_key``, ``headline_orders``, and
-            every numeric value of ``summary.json`` under its own name (``eval/accuracy``, ...)
+            every numeric value of ``summary.json`` under its own name (``eval/accuracy``, ...). ``model`` is
+            the run's ``model_label`` ("Qwen3-0.6B", "Gemma 4 E2B", "tiny (offline)"), else ``model.name``
     steps   one row per (run, ``train/step``) from ``metrics.jsonl`` (a step's training and evaluation rows
             merged), with ``run_id``, ``cell``, ``cell_key``, ``seed``
     evals   the rows of ``eval.jsonl`` (problem x sample x order x stage) with ``run_id``, ``cell``, ``cell_key``
@@ -287,6 +288,10 @@ def _run_row(rec: RunRecord) -> dict:
     for axis in AXES:
         value = summary.get(axis)
         axes[axis] = value if value is not None else _select(config, AXIS_KEYS[axis])
+    # the model as the run named it ("Qwen3-0.6B", "Gemma 4 E2B", "tiny (offline)"); runs from before summary.json
+    # held model_label keep model.name
+    if summary.get("model_label"):
+        axes["model"] = summary["model_label"]
     applicable = _applicable(axes["method"], summary)
     for axis in METHOD_AXES:
         if axis not in applicable:
@@ -339,18 +344,21 @@ def cell_sort_key(row: Any) -> tuple:
 def _drop_plain_experiments(run_rows: list[dict]) -> None:
     """A named experiment whose cell the axes already tell apart adds nothing to the cell's name, so its override
     leaves ``extra``; one sharing its axes with another experiment (``grpo_matched`` beside ``grpo``: only the
-    group size differs) keeps it, except the experiment named after its method (``grpo``), which is the plain one."""
-    def named(r: dict) -> str | None:
-        return next((o for o in r["extra"] if _override_key(o) == "experiment"), None)
+    group size differs) keeps it, except the experiment named after its method (``grpo``), which is the plain one. A sweep's own cell option (``cell=``,
+    sweeps/cell/) is read the same way."""
+    for key in ("experiment", "cell"):
+        def named(r: dict, key: str = key) -> str | None:
+            return next((o for o in r["extra"] if _override_key(o) == key), None)
 
-    by_axes: dict[tuple, set[str]] = {}
-    for r in run_rows:
-        if named(r):
-            by_axes.setdefault(tuple(r[a] for a in AXES), set()).add(named(r))
-    for r in run_rows:
-        override = named(r)
-        if override and (len(by_axes[tuple(r[a] for a in AXES)]) == 1 or override.split("=", 1)[1] == r["method"]):
-            r["extra"] = r["extra"] - {override}
+        by_axes: dict[tuple, set[str]] = {}
+        for r in run_rows:
+            if named(r):
+                by_axes.setdefault(tuple(r[a] for a in AXES), set()).add(named(r))
+        for r in run_rows:
+            override = named(r)
+            if override and (len(by_axes[tuple(r[a] for a in AXES)]) == 1 or
+                             override.split("=", 1)[1] == r["method"]):
+                r["extra"] = r["extra"] - {override}
 
 
 def frames(records: Iterable[RunRecord]) -> Runs:

@@ -75,8 +75,9 @@ PAPER_SETTING, PAPER = _paper_results()
 
 
 def _model_size(model: Any) -> str:
-    """``qwen3_0.6b`` -> ``0.6b``, ``Qwen/Qwen3-14B`` -> ``14b``; "" when the name has no size."""
-    match = re.search(r"(\d+(?:\.\d+)?)b(?![a-z])", str(model).lower())
+    """``qwen3_0.6b`` -> ``0.6b``, ``Qwen/Qwen3-14B`` or ``Qwen3-14B`` -> ``14b``; "" when the name has no
+    parameter count. Gemma's E2B/E4B are effective sizes, not parameter counts: ``Gemma 4 E2B`` has none."""
+    match = re.search(r"(?<![a-z\d.])(\d+(?:\.\d+)?)b(?![a-z])", str(model).lower())
     return f"{match.group(1)}b" if match else ""
 
 

@@ -89,11 +89,12 @@ def test_the_collectives_use_the_trainers_lora_shapes():
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from agon.qwen3_shape import SHAPES, qwen3_config
+    from agon.families import get_family
 
-    shape = {**SHAPES["0.6b"], **bench_gpu.TINY_SHAPE}
+    qwen3 = get_family("qwen3")
+    shape = {**qwen3.shape.sizes["0.6b"], **bench_gpu.TINY_SHAPE}
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(qwen3_config("0.6b", **bench_gpu.TINY_SHAPE))
+        model = AutoModelForCausalLM.from_config(qwen3.shape_config("0.6b", **bench_gpu.TINY_SHAPE))
     peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
     real = sorted(tuple(p.shape) for n, p in peft.named_parameters() if "lora_" in n)
     assert sorted(bench_gpu.lora_shapes(shape, 4)) == real

@@ -117,22 +117,67 @@ def _leaves(spec: dict, prefix: str = "") -> list[tuple[str, object]]:
             for leaf in (_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)])]
 
 
+def _option_file(group: str, option: str) -> Path:
+    """conf/<group>/<option>.yaml, or a sweep's own group option (sweeps/cell/<option>.yaml)."""
+    local = SWEEPS / group / f"{option}.yaml"
+    return local if local.exists() else CONF / group / f"{option}.yaml"
+
+
+def _is_group(key: str) -> bool:
+    return (CONF / key).is_dir() or (SWEEPS / key).is_dir()
+
+
+def _is_global(group: str) -> bool:
+    """An experiment-like option (``@package _global_``: conf/experiment, sweeps/cell)."""
+    return group == "experiment" or (SWEEPS / group).is_dir()
+
+
+def _spec(group: str, option: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(_option_file(group, option)))
+
+
+def _group_overrides(spec: dict) -> dict[str, str]:
+    """The ``override /<group>: <option>`` entries of a config's defaults list."""
+    return {k.split("/", 1)[1]: v for entry in spec.get("defaults", []) if isinstance(entry, dict)
+            for k, v in entry.items()}
+
+
 def _assert_option(cfg: DictConfig, group: str, option: str, chosen: Sequence[str] = (),
-                   shadowed: Sequence[str] = ()) -> None:
-    """``cfg`` holds what conf/<group>/<option>.yaml sets (an experiment: its keys and its group overrides, except
-    groups the cell chooses itself and keys the experiment sets over its groups' values)."""
-    spec = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{option}.yaml"))
+                   shadowed: Sequence[str] = (), outer: Sequence[str] = ()) -> None:
+    """``cfg`` holds what <group>/<option>.yaml sets (an experiment: its keys and its group overrides, except
+    groups the cell chooses itself and keys the experiment sets over its groups' values). ``outer``: dotted keys
+    the cell's experiment-like options set over any group's values."""
+    spec = _spec(group, option)
     own = [key for key, _ in _leaves({k: v for k, v in spec.items() if k != "defaults"})]
-    for entry in spec.pop("defaults", []):
-        if isinstance(entry, dict):  # {"override /method": "grpo"}
-            ((key, value),) = entry.items()
-            sub = key.split("/", 1)[1]
-            if sub not in chosen:
-                _assert_option(cfg, sub, value, shadowed=[k[len(sub) + 1:] for k in own if k.startswith(sub + ".")])
-    node = cfg if group == "experiment" else cfg[group]  # experiments are @package _global_
+    for sub, value in _group_overrides(spec).items():
+        if sub not in chosen:
+            _assert_option(cfg, sub, value, shadowed=[k[len(sub) + 1:] for k in [*own, *outer]
+                                                      if k.startswith(sub + ".")])
+    spec.pop("defaults", None)
+    node = cfg if _is_global(group) else cfg[group]  # experiments are @package _global_
     for key, value in _leaves(spec):
         if key not in shadowed:
             assert OmegaConf.select(node, key) == value, (group, option, key)
+
+
+def _assert_cell(cfg: DictConfig, cell: Sequence[str], name: str | None) -> None:
+    """Each override of a cell holds in its composed config. Precedence, as Hydra composes it: the cell's group
+    overrides, then a sweep's own cell option (sweeps/cell/) over conf/experiment's group overrides; an
+    experiment-like option's keys over every group's values."""
+    pairs = [o.split("=", 1) for o in cell]
+    outer = [k for key, value in pairs if _is_group(key) and _is_global(key)
+             for k, _ in _leaves({a: b for a, b in _spec(key, value).items() if a != "defaults"})]
+    local_choices = [sub for key, value in pairs if (SWEEPS / key).is_dir()
+                     for sub in _group_overrides(_spec(key, value))]
+    for key, value in pairs:
+        if _is_group(key):
+            chosen = [k for k, _ in pairs if k != key] + ([] if (SWEEPS / key).is_dir() else local_choices)
+            # a plain key of the cell wins over an experiment-like option's value for it (the sweeps' fallback)
+            plain = [k for k, _ in pairs if not _is_group(k)]
+            shadowed = plain if _is_global(key) else [k[len(key) + 1:] for k in outer if k.startswith(key + ".")]
+            _assert_option(cfg, key, value, chosen=chosen, shadowed=shadowed, outer=outer)
+        else:
+            assert str(OmegaConf.select(cfg, key)) == value, (name, key, value)
 
 
 def _grid(name: str | None) -> tuple[list[list[str]], Callable[[list[str]], DictConfig]]:
@@ -158,12 +203,7 @@ def test_every_cell_of_every_grid_composes(name):
     for cell in cells:
         cfg = compose_cell(cell)
         validate(cfg)
-        for override in cell:
-            key, value = override.split("=", 1)
-            if (CONF / key).is_dir():
-                _assert_option(cfg, key, value, chosen=[o.split("=", 1)[0] for o in cell if o != override])
-            else:
-                assert str(OmegaConf.select(cfg, key)) == value, (name, override)
+        _assert_cell(cfg, cell, name)
         chosen = dict(o.split("=", 1) for o in cell)
         if "reward" in chosen:
             # the reward's weights, from conf/reward/<name>.yaml, read here without Hydra
@@ -199,8 +239,68 @@ def test_every_cell_of_every_grid_composes(name):
     elif name == "paper_deepmath_2x2":  # the same grid on the real-model recipe
         assert axes == TWO_BY_TWO and {(c.experiment, c.model.name) for c in composed} == {
             ("paper_deepmath", "Qwen/Qwen3-0.6B")}
+    elif name == "paper_scaling":  # the paper's claim: Agon on the family's smallest model, GRPO on a larger one
+        assert {(c.experiment, c.model.family) for c in composed} == {("paper_deepmath", "qwen3")}
+        assert {(c.method.name, c.model.name) for c in composed} == {("agon", SMALLEST["qwen3"]),
+                                                                     ("grpo", "Qwen/Qwen3-4B")}
+    elif name == "families_grid":  # both methods on every size of every family, the paper's recipe in each
+        models = {OmegaConf.load(CONF / "model" / f"{m}.yaml").name for m in FAMILY_MODELS}
+        assert {(c.method.name, c.model.name) for c in composed} == {(m, n) for m in ("agon", "grpo") for n in models}
+        assert {c.experiment for c in composed} == {"paper_deepmath"}
+        assert {c.model.family for c in composed} == {"qwen3", "qwen3_5", "gemma4"}
+        assert all(c.model.lora.rank == 16 and c.trainer.max_new_tokens == 16384 for c in composed)
     else:
         raise AssertionError(f"sweeps/{name}.yaml has no check here")
+
+
+# the grid's models: every family's sizes (Qwen3 up to 1.7B)
+FAMILY_MODELS = ["qwen3_0.6b", "qwen3_1.7b", "qwen3_5_0.8b", "qwen3_5_2b", "gemma4_e2b", "gemma4_e4b"]
+
+
+def _smallest() -> dict[str, str]:
+    """Each family's smallest hub model in conf/model/ (by its parameter count, E2B before E4B for Gemma)."""
+    import re
+
+    models: dict[str, list[tuple[float, str]]] = {}
+    for option in _options("model"):
+        spec = OmegaConf.load(CONF / "model" / f"{option}.yaml")
+        if spec.shape:
+            size = float(re.sub(r"[^\d.]", "", str(spec.shape)))
+            models.setdefault(spec.family, []).append((size, spec.name))
+    return {family: min(sizes)[1] for family, sizes in models.items()}
+
+
+SMALLEST = _smallest()
+
+
+@pytest.mark.parametrize("family,cells", [
+    ("qwen3_5", "cell=agon_qwen3_5_0.8b,grpo_qwen3_5_2b"), ("gemma4", "cell=agon_gemma4_e2b,grpo_gemma4_e4b")])
+def test_the_scaling_sweep_runs_on_another_family_by_naming_its_cells(family, cells):
+    """The header's override for another family: two cells, Agon on its smallest model, GRPO on a larger one."""
+    params = dict(_compose_sweep(SWEEPS, "paper_scaling", hydra=True).hydra.sweeper.params)
+    params["cell"] = cells.split("=", 1)[1]  # the command line wins over the sweep's value, as in the sweeper
+    composed = []
+    for cell in _cells(params):
+        cfg = _compose_sweep(SWEEPS, "paper_scaling", cell)
+        validate(cfg)
+        _assert_cell(cfg, cell, "paper_scaling")
+        composed.append(cfg)
+    assert {c.model.family for c in composed} == {family} and len(composed) == 2
+    agon, grpo = sorted(composed, key=lambda c: c.method.name)
+    assert (agon.method.name, grpo.method.name) == ("agon", "grpo")
+    assert agon.model.name == SMALLEST[family] != grpo.model.name
+    assert agon.experiment == grpo.experiment == "paper_deepmath"
+
+
+def test_every_scaling_cell_option_is_one_method_on_one_model():
+    for path in sorted((SWEEPS / "cell").glob("*.yaml")):
+        method, model = path.stem.split("_", 1)
+        # with the sweep's fallback: the Qwen3.5 and Gemma 4 cells sample with hf where vLLM is missing or cannot
+        cfg = _compose_sweep(SWEEPS, "paper_scaling", ["experiment=paper_deepmath", f"cell={path.stem}",
+                                                       "generation.fallback=hf"])
+        validate(cfg)
+        assert cfg.method.name == method, path.name
+        assert cfg.model.name == OmegaConf.load(CONF / "model" / f"{model}.yaml").name, path.name
 
 
 @pytest.mark.parametrize("name", [g for g in GRIDS if g.startswith("results_")])

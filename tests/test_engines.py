@@ -147,13 +147,14 @@ def test_the_engines_stop_on_every_end_of_turn_the_generation_config_names():
     """Qwen3's generation config ends a turn on <|im_end|> and <|endoftext|>: both engines stop on both."""
     from types import SimpleNamespace
 
-    from agon.policies import end_of_turn_ids
-    from agon.qwen3_shape import build_tokenizer
+    from agon.families import get_family
+    from agon.model_shape import build_tokenizer
 
-    tokenizer = build_tokenizer()
+    qwen3 = get_family("qwen3")
+    tokenizer = build_tokenizer(qwen3.shape)
     im_end, endoftext = (tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
-    assert end_of_turn_ids(tokenizer, SimpleNamespace(eos_token_id=[im_end, endoftext])) >= {im_end, endoftext}
-    assert endoftext in end_of_turn_ids(tokenizer, SimpleNamespace(eos_token_id=endoftext))
+    assert qwen3.end_of_turn_ids(tokenizer, SimpleNamespace(eos_token_id=[im_end, endoftext])) >= {im_end, endoftext}
+    assert endoftext in qwen3.end_of_turn_ids(tokenizer, SimpleNamespace(eos_token_id=endoftext))
 
 
 @ENGINES.register("hf_skewed_for_test")

@@ -54,6 +54,8 @@ TESTS = {
     "agon/policies.py": ["tests/test_scoring.py", "tests/test_policies.py", "tests/tasks/test_qwen3_format.py",
                          "tests/test_trainer.py"],
     "agon/scoring.py": ["tests/test_scoring.py", "tests/test_trainer.py"],
+    "agon/families/__init__.py": ["tests/test_families.py"],
+    "agon/families/gemma4.py": ["tests/test_families.py"],
 }
 
 
@@ -153,6 +155,11 @@ NAMED = [
            "if oom:  # the run went over its memory", "if False:  # the run went over its memory"),
     Mutant("sandbox_shared_uid", "agon/tasks/sandbox.py", "every concurrent run shares one uid",
            'f"--reuid={uid}", f"--regid={uid}"', '"--reuid=61000", "--regid=61000"'),
+    Mutant("softcap_dropped", "agon/families/__init__.py", "scoring ignores the final logit soft-cap (Gemma 4)",
+           'return base.get_decoder(), (lambda h: torch.tanh(head(h) / cap) * cap) if cap else head',
+           'return base.get_decoder(), head'),
+    Mutant("gemma_thought_kept_visible", "agon/families/gemma4.py", "Gemma 4's thought channel is read as visible text",
+           '.replace(CHANNEL_CLOSE, THINK_CLOSE)', '.replace(CHANNEL_CLOSE, "")'),
 ]
 
 # operator swaps: each site becomes exactly one mutant

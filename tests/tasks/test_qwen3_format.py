@@ -69,15 +69,18 @@ def qwen3_policies():
 
     from agon.config import LoraConfig
     from agon.policies import Policies
-    from agon.qwen3_shape import build_tokenizer, qwen3_config
+    from agon.families import get_family
+    from agon.model_shape import build_tokenizer
 
+    qwen3 = get_family("qwen3")
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(qwen3_config(
+    model = AutoModelForCausalLM.from_config(qwen3.shape_config(
         "0.6b", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
         num_key_value_heads=1, head_dim=16))
     for p in model.parameters():
         p.requires_grad_(False)
-    return Policies(model, build_tokenizer(), ["A", "B"], OmegaConf.structured(LoraConfig(rank=4, alpha=8)))
+    return Policies(model, build_tokenizer(qwen3.shape), ["A", "B"], OmegaConf.structured(LoraConfig(rank=4, alpha=8)),
+                    family=qwen3)
 
 
 def test_a_sampled_trace_cut_at_the_budget_is_truncated_with_an_empty_recap(task, qwen3_policies):

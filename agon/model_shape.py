@@ -1,17 +1,20 @@
-"""Qwen3's shape, offline: a randomly initialised model with Qwen3's exact configuration and a tokenizer that behaves
-like Qwen3's, saved with ``save_pretrained`` so the framework loads it through ``model.path=<dir>`` exactly as it
-would load a real checkpoint. It is for measuring what depends on the shape alone (memory, step time, sequence
-lengths, the id layout the code relies on) on machines that cannot reach a model hub; its outputs are noise.
+"""A model family's shape, offline: a randomly initialised checkpoint with the family's exact configuration and a
+tokenizer that behaves like the family's, saved with ``save_pretrained`` so the framework loads it through
+``model.path=<dir>`` exactly as it would load a real checkpoint. It is for measuring what depends on the shape alone
+(memory, step time, sequence lengths, the id layout the code relies on) on machines that cannot reach a model hub;
+its outputs are noise. What a shape is comes from the family (``agon.families``: ``Family.shape``,
+``shape_config``, ``shape_model``); this module builds and caches it.
 
-The tokenizer is a byte-level BPE with Qwen3's pre-tokenizer regex (digits split one by one), 151,643 regular
-entries (the 256 byte symbols, merges learned from a small procedural English/maths corpus, then deterministic
-synthetic merges of existing pairs to fill the id space) and Qwen3's 26 added tokens at Qwen3's ids. The chat
-template is written here; it reproduces what the project uses of Qwen3's (ChatML turns, history assistant turns
-cut to the text after their last ``</think>``, the empty think block when ``enable_thinking`` is false).
+The tokenizer is a byte-level BPE with Qwen's pre-tokenizer regex (digits split one by one) unless the family gives
+its own: merges learned from a small procedural English/maths/code corpus, then deterministic synthetic merges of
+existing pairs, filling every id the family's added tokens leave free up to the real vocabulary size. The added
+tokens (turn markers, reasoning markers, image and audio placeholders) sit at their real ids, and the chat template
+is the family's own rendering of what the project uses of the real one.
 
-Left out on purpose: Qwen3's learned merges and weights (not reachable offline), the NFC normalizer (so any
-Unicode string round-trips through encode/decode, where Qwen3 composes decomposed characters first), and the
-template's tool calls, ``reasoning_content`` and kept reasoning of the turns after the last user message.
+Left out on purpose: the real merges and weights (not reachable offline), normalizers (so any Unicode string
+round-trips through encode/decode), SentencePiece's byte fallback (Gemma), and the templates' tool calls and images.
+
+    python -m agon.model_shape --model qwen3_0.6b     # prints the directory, for model.path=
 """
 
 from __future__ import annotations
@@ -26,40 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-# bump when the tokenizer, the template, the corpus or the saved files change, so stale caches are not reused
-SHAPE_VERSION = 1
-REGULAR_VOCAB = 151_643
-_COMMON = dict(vocab_size=151_936, head_dim=128, max_position_embeddings=40_960, rope_theta=1_000_000.0,
-               rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=151_643, eos_token_id=151_645,
-               hidden_act="silu", attention_bias=False, use_sliding_window=False)
-SHAPES: dict[str, dict] = {
-    "0.6b": dict(_COMMON, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, max_window_layers=28),
-    "1.7b": dict(_COMMON, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, max_window_layers=28),
-    "4b": dict(_COMMON, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-               num_key_value_heads=8, max_window_layers=36),
-}
-# (content, special) in id order from 151643; the tool and think tags are added but not special, as in Qwen3, so
-# decode(skip_special_tokens=True) keeps them
-ADDED_TOKENS: list[tuple[str, bool]] = [(f"<|{t}|>", True) for t in (
-    "endoftext im_start im_end object_ref_start object_ref_end box_start box_end quad_start quad_end vision_start "
-    "vision_end vision_pad image_pad video_pad").split()] + [("<tool_call>", False), ("</tool_call>", False)] + [
-    (f"<|{t}|>", True) for t in "fim_prefix fim_middle fim_suffix fim_pad repo_name file_sep".split()] + [
-    (t, False) for t in ("<tool_response>", "</tool_response>", "<think>", "</think>")]
-# Qwen3's pre-tokenizer: contractions, letter runs with one leading non-letter, single digits, punctuation runs
-PRETOKENIZE_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                     r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-CHAT_TEMPLATE = (  # history assistant turns keep only their answer; `is false` leaves undefined and None alone
-    r"{%- for m in messages -%}{%- set content = m['content'] if m['content'] is string else '' -%}"
-    r"{%- if m['role'] == 'assistant' and '</think>' in content -%}"
-    r"{%- set content = content.split('</think>')[-1].lstrip('\n') -%}{%- endif -%}"
-    r"{{- '<|im_start|>' + m['role'] + '\n' + content + '<|im_end|>\n' -}}{%- endfor -%}"
-    r"{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}"
-    r"{%- if enable_thinking is false -%}{{- '<think>\n\n</think>\n\n' -}}{%- endif -%}{%- endif -%}"
-)
-GENERATION = dict(do_sample=True, temperature=0.6, top_p=0.95, top_k=20, bos_token_id=151_643,
-                  eos_token_id=[151_645, 151_643], pad_token_id=151_643)
+from agon.families import Family, Shape, get_family
+
+# bump when the tokenizer builder, the corpus or the saved files change, so stale caches are not reused
+SHAPE_VERSION = 3
+# Qwen's regular vocabulary and pre-tokenizer: contractions, letter runs with one leading non-letter, single digits,
+# punctuation runs
+QWEN_REGULAR = 151_643
+QWEN_PRETOKENIZE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                    r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 MARKER = "shape.json"  # written last: its presence marks a complete directory
 
 _WORDS = (
@@ -93,12 +71,6 @@ _LATEX = [r"\frac{{{a}}}{{{b}}}", r"\boxed{{{a}}}", r"x^{a} + y^{b}", r"\sqrt{{{
           r"\binom{{{a}}}{{{b}}}", r"x \le {a}", r"y \ge {b}", r"\pi r^{a}", r"\left( {a}, {b} \right)",
           r"\log_{a} {b}", r"{a} \equiv {b} \pmod{{7}}", r"\angle ABC = {a}^\circ", r"\{{1, 2, \dots, {a}\}}"]
 
-
-def qwen3_config(shape: str, **overrides: Any):
-    """``Qwen3Config`` of a published Qwen3 shape (``SHAPES``), with ``overrides`` applied over it."""
-    from transformers import Qwen3Config
-
-    return Qwen3Config(**{**SHAPES[shape], **overrides})
 
 
 def _word(rng: random.Random) -> str:
@@ -141,16 +113,18 @@ def _byte_symbols() -> list[str]:
     return [table[b] for b in printable + rest]
 
 
-def _pre_tokenizer():
+def _pre_tokenizer(regex: str = QWEN_PRETOKENIZE):
     from tokenizers import Regex, pre_tokenizers
 
-    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(regex), behavior="isolated"),
                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
-def bpe_tables() -> tuple[dict[str, int], list[tuple[str, str]]]:
-    """The regular vocabulary (151,643 entries) and its merges, in order. Deterministic: the trainer breaks count ties
-    by symbol ids, and the synthetic merges come from a seeded RNG. Needs only ``tokenizers``."""
+def bpe_tables(size: int = QWEN_REGULAR,
+               added: frozenset[str] = frozenset()) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """``size`` regular entries (token -> rank) and their merges, in order; no entry equals one of ``added``.
+    Deterministic: the trainer breaks count ties by symbol ids, and the synthetic merges come from a seeded RNG. The
+    first entries do not depend on ``size``. Needs only ``tokenizers``."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     learner = Tokenizer(models.BPE())
@@ -163,9 +137,9 @@ def bpe_tables() -> tuple[dict[str, int], list[tuple[str, str]]]:
         vocab[a + b] = len(vocab)
     # fill the id space with merges of a pair already in the vocabulary; appending to the merge list in order keeps
     # every rule's parts older than its result, as BPE requires. They rarely fire on real text (ranked last).
-    tokens, learned, added = list(vocab), len(vocab), {t for t, _ in ADDED_TOKENS}
+    tokens, learned = list(vocab), len(vocab)
     rng = random.Random(0)
-    while len(vocab) < REGULAR_VOCAB:
+    while len(vocab) < size:
         a, b = tokens[rng.randrange(len(tokens))], tokens[rng.randrange(learned)]
         if len(a + b) > 16 or a + b in vocab or a + b in added:
             continue
@@ -175,23 +149,31 @@ def bpe_tables() -> tuple[dict[str, int], list[tuple[str, str]]]:
     return vocab, merges
 
 
-def build_tokenizer():
-    """Qwen3-like ``PreTrainedTokenizerFast``: 151,643 byte-level BPE entries, then the added tokens at Qwen3's ids."""
+def build_tokenizer(shape: Shape):
+    """A ``PreTrainedTokenizerFast`` of ``shape``: regular byte-level BPE entries at every id the added tokens leave
+    free below ``shape.vocab_size``, the added tokens at their real ids, the family's chat template."""
     from tokenizers import AddedToken, Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    vocab, merges = bpe_tables()
+    taken = {i for _, i, _ in shape.added_tokens}
+    free = [i for i in range(shape.vocab_size) if i not in taken]
+    ranked, merges = bpe_tables(len(free), frozenset(t for t, _, _ in shape.added_tokens))
+    vocab = {token: free[rank] for token, rank in ranked.items()}
+    # added tokens among the regular ids are entries of the model's vocabulary, as in SentencePiece (Gemma); those
+    # after every regular id are added tokens proper, as in Qwen's BPE. Either way add_tokens then keeps their ids
+    vocab.update({content: i for content, i, _ in shape.added_tokens if i < len(free)})
     core = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    core.pre_tokenizer = _pre_tokenizer()
+    core.pre_tokenizer = _pre_tokenizer(shape.pretokenize_regex or QWEN_PRETOKENIZE)
     core.decoder = decoders.ByteLevel()
-    for content, special in ADDED_TOKENS:  # one at a time, so each takes the next id
+    for content, i, special in sorted(shape.added_tokens, key=lambda t: t[1]):
         core.add_tokens([AddedToken(content, special=special, normalized=False)])
+        if core.token_to_id(content) != i:
+            raise ValueError(f"added token {content!r} took id {core.token_to_id(content)}, not its id {i}")
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", model_max_length=131_072,
-        clean_up_tokenization_spaces=False,
-        additional_special_tokens=[t for t, _ in ADDED_TOKENS[1:14]],  # Qwen3's list: im_start .. video_pad
-    )
-    tok.chat_template = CHAT_TEMPLATE
+        tokenizer_object=core, eos_token=shape.eos_token, pad_token=shape.pad_token, bos_token=shape.bos_token,
+        model_max_length=shape.model_max_length, clean_up_tokenization_spaces=False,
+        additional_special_tokens=list(shape.extra_special))
+    tok.chat_template = shape.chat_template
     return tok
 
 
@@ -199,53 +181,76 @@ def build_tokenizer():
 # cache
 
 
-def model_key(shape: str, dtype: str, seed: int, overrides: dict | None = None) -> str:
+def model_key(family: Family, size: str, dtype: str, seed: int, overrides: dict | None = None) -> str:
     """Hash of everything that shapes the saved directory (the corpus's code is covered by ``SHAPE_VERSION``)."""
-    tokenizer = [REGULAR_VOCAB, PRETOKENIZE_REGEX, ADDED_TOKENS, CHAT_TEMPLATE, _WORDS, _MORPHEMES, _CODE, _LATEX]
-    blob = json.dumps({"v": SHAPE_VERSION, "config": {**SHAPES[shape], **(overrides or {})}, "dtype": dtype,
-                       "seed": seed, "tokenizer": tokenizer, "generation": GENERATION}, sort_keys=True)
+    shape = family.shape
+    corpus = [QWEN_PRETOKENIZE, _WORDS, _MORPHEMES, _CODE, _LATEX]
+    blob = json.dumps({"v": SHAPE_VERSION, "family": family.name, "size": shape.sizes[size],
+                       "overrides": overrides or {}, "dtype": dtype, "seed": seed, "corpus": corpus,
+                       "shape": repr(shape)}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def ensure_model(shape: str = "0.6b", dtype: str = "bfloat16", seed: int = 0, log=print,
+def ensure_model(family: str = "qwen3", size: str = "0.6b", dtype: str = "bfloat16", seed: int = 0, log=print,
                  overrides: dict | None = None) -> Path:
-    """Directory of a random-init Qwen3 of ``shape`` (config, safetensors weights in ``dtype``, Qwen3's generation
-    config, the tokenizer), building it on first use. ``overrides`` change config fields (tests use a tiny shape)."""
+    """Directory of a random-init checkpoint of ``family`` at ``size`` (config, safetensors weights in ``dtype``, the
+    generation config, the tokenizer), building it on first use. ``overrides`` change fields of the text config
+    (tests use tiny widths; the smoke run may cut the depth)."""
     from agon.world import build_once, cache_root  # here: it imports torch, which bpe_tables does not need
+
+    fam = get_family(family)
+    if fam.shape is None or size not in fam.shape.sizes:
+        known = sorted(fam.shape.sizes) if fam.shape else []
+        raise KeyError(f"model family {family!r} has no offline shape {size!r}; shapes: {known}")
 
     def build(tmp: Path) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers import GenerationConfig
 
         t0 = time.time()
-        tokenizer = build_tokenizer()
-        config = qwen3_config(shape, **(overrides or {}))
+        tokenizer = build_tokenizer(fam.shape)
+        config = fam.shape_config(size, **(overrides or {}))
         torch.manual_seed(seed)
-        # constructed directly in the target dtype: a float32 model would double the peak (2.4 GB for 0.6b)
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
-        model.generation_config = GenerationConfig(**GENERATION)
+        # constructed directly in the target dtype: a float32 model would double the peak (2.4 GB for Qwen3-0.6B)
+        model = fam.shape_model(config, getattr(torch, dtype))
+        model.generation_config = GenerationConfig(**fam.shape.generation)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         n = sum(p.numel() for p in model.parameters())
-        (tmp / MARKER).write_text(json.dumps({"version": SHAPE_VERSION, "shape": shape, "dtype": dtype, "seed": seed,
-                                              "overrides": overrides or {}, "parameters": n}))
-        log(f"[qwen3_shape] {n:,} parameters in {dtype}, built in {time.time() - t0:.1f}s")
+        (tmp / MARKER).write_text(json.dumps({"version": SHAPE_VERSION, "family": family, "size": size,
+                                              "dtype": dtype, "seed": seed, "overrides": overrides or {},
+                                              "parameters": n}))
+        log(f"[model_shape] {family} {size}: {n:,} parameters in {dtype}, built in {time.time() - t0:.1f}s")
 
-    final = cache_root() / f"qwen3-{shape}-random-{model_key(shape, dtype, seed, overrides)}"
-    return build_once(final, build, MARKER, log, what=f"a random Qwen3-{shape}")
+    final = cache_root() / f"{family}-{size}-random-{model_key(fam, size, dtype, seed, overrides)}"
+    return build_once(final, build, MARKER, log, what=f"a random {fam.label} {size}")
+
+
+def model_shape_of(model_name: str) -> tuple[str, str]:
+    """(family, shape) of a ``conf/model`` option, from its YAML (``family`` and ``shape`` keys)."""
+    from agon.config import compose_config
+
+    model = compose_config([f"model={model_name}"]).model
+    if not model.shape:
+        raise KeyError(f"model={model_name} names no offline shape (model.shape is null)")
+    return model.family, model.shape
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.6b")
+    parser.add_argument("--model", default="qwen3_0.6b", help="a conf/model option with a shape (model.shape)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", type=int, default=None, help="fewer decoder layers than the published depth")
     args = parser.parse_args(argv)
     t0 = time.time()
-    path = ensure_model(args.shape, args.dtype, args.seed, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    family, size = model_shape_of(args.model)
+    overrides = {"num_hidden_layers": args.layers} if args.layers else None
+    path = ensure_model(family, size, args.dtype, args.seed, log=lambda msg: print(msg, file=sys.stderr, flush=True),
+                        overrides=overrides)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    print(f"[qwen3_shape] ready in {time.time() - t0:.1f}s, peak RSS {peak:.2f} GiB", file=sys.stderr)
-    print(path)  # alone on stdout, so scripts can take it: model.path=$(python -m agon.qwen3_shape)
+    print(f"[model_shape] ready in {time.time() - t0:.1f}s, peak RSS {peak:.2f} GiB", file=sys.stderr)
+    print(path)  # alone on stdout, so scripts can take it: model.path=$(python -m agon.model_shape)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,168 @@
+"""What a model family is, in one place: how its checkpoint loads as a text-only causal LM, how its hidden states
+become the logits its own forward returns, how it writes its reasoning block and ends its turn, which generation
+engines serve it with a LoRA on each adapter, and its published shapes for offline checks.
+
+The core never compares a family's name. ``Policies`` asks the family registered under ``model.family``
+(``get_family``) to load the base, to give the output head that scoring runs in chunks, for the tokens that end a
+turn, and to put a completion in agon's canonical form, ``<think>reasoning</think>visible text``, which every task's
+verifier and recap read (``agon.tasks.text``). ``agon.model_shape`` builds a family's offline checkpoint from the
+family's ``Shape``; the config check asks the family whether the chosen engine serves it.
+
+Adding a family is one module here, ``agon/families/<name>.py``, whose subclass is registered with
+``register_family``, and one YAML file in ``conf/model/`` that sets ``family: <name>``; ``get_family`` imports the
+module the first time the name is asked for, so no core module changes:
+
+    @register_family
+    class Mistral(Family):
+        name, label = "mistral", "Mistral"
+        think_open, think_close = "[THINK]", "[/THINK]"
+
+Left out on purpose: the vision and audio towers of multimodal checkpoints (agon trains on text; ``load`` keeps
+the language model alone where transformers can) and per-family prompt wording (the task's config holds it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import torch
+
+from agon.registry import Registry
+from agon.tasks.text import THINK_CLOSE, THINK_OPEN
+
+Head = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A family's published shapes and tokenizer layout, for building a random-weight checkpoint offline
+    (``agon.model_shape``). Each value is taken from the checkpoints' own config and tokenizer files."""
+
+    # size name -> the checkpoint's config.json as keyword arguments of ``config_class`` (text_config nested)
+    sizes: dict[str, dict]
+    # (content, id, special) of every added token, at its real id; ``special``: decode(skip_special_tokens) drops it
+    added_tokens: list[tuple[str, int, bool]]
+    # the tokenizer's length (regular entries fill every id the added tokens leave free)
+    vocab_size: int
+    eos_token: str
+    pad_token: str
+    bos_token: str | None
+    # a chat template that renders what agon uses of the real one the same way
+    chat_template: str
+    # the checkpoint's generation_config.json
+    generation: dict
+    # tokens the tokenizer lists as additional special tokens
+    extra_special: list[str] = field(default_factory=list)
+    # pre-tokenizer split (byte-level BPE on top); None: the Qwen-style default of agon.model_shape
+    pretokenize_regex: str | None = None
+    model_max_length: int = 131_072
+
+
+class Family:
+    """A model family. Subclasses set the class attributes and override what differs; ``register_family`` adds an
+    instance to ``FAMILIES``."""
+
+    # the value of model.family
+    name: ClassVar[str]
+    # how tables and figures name it
+    label: ClassVar[str]
+    # the reasoning block as this family's models write it
+    think_open: ClassVar[str] = THINK_OPEN
+    think_close: ClassVar[str] = THINK_CLOSE
+    # tokens besides the tokenizer's end of sequence that end the assistant's turn (those in the vocabulary count)
+    end_of_turn: ClassVar[tuple[str, ...]] = ()
+    # generation engines that serve this family with a LoRA on each adapter (the rest fail at the config check)
+    engines: ClassVar[tuple[str, ...]] = ("hf", "hf_continuous", "vllm")
+    # why an engine is missing from ``engines``, for the error message
+    engine_notes: ClassVar[dict[str, str]] = {}
+    # extra keyword arguments of vLLM's ``LLM`` for this family (plain values: they travel to the worker)
+    vllm_engine_args: ClassVar[dict[str, Any]] = {}
+    # what ``model_shape`` builds offline; None: the family has no offline shape
+    shape: ClassVar[Shape | None] = None
+
+    # -- loading ---------------------------------------------------------------------------------------------------
+
+    def load(self, source: str, dtype: torch.dtype) -> Any:
+        """The checkpoint at ``source`` as a text-only causal LM (``from_pretrained``), weights in ``dtype``."""
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+
+    def context_length(self, config: Any) -> int | None:
+        """Positions the model has (prompt plus completion), from its config (a multimodal one: its text part)."""
+        return getattr(config.get_text_config(), "max_position_embeddings", None)
+
+    # -- logits ----------------------------------------------------------------------------------------------------
+
+    def decoder_and_head(self, base: Any) -> tuple[Any, Head]:
+        """The decoder stack (final norm included) and a head, hidden [n, H] -> logits [n, V], equal to the logits of
+        the model's own forward: the output embedding (tied or not), then the final soft-cap where the config has
+        one (Gemma's ``tanh(x / cap) * cap``)."""
+        head = base.get_output_embeddings()
+        cap = getattr(base.config.get_text_config(), "final_logit_softcapping", None)
+        return base.get_decoder(), (lambda h: torch.tanh(head(h) / cap) * cap) if cap else head
+
+    # -- turns -----------------------------------------------------------------------------------------------------
+
+    def end_of_turn_ids(self, tokenizer: Any, generation_config: Any = None) -> set[int]:
+        """The tokens that end a completion, the same for every engine: the tokenizer's end of sequence, this
+        family's ``end_of_turn`` tokens, and every ``eos_token_id`` of the model's generation config (vLLM stops on
+        all of them, so ``generate`` must too)."""
+        ends = {tokenizer.eos_token_id}
+        for token in self.end_of_turn:
+            found = tokenizer.convert_tokens_to_ids(token)
+            if isinstance(found, int) and found != tokenizer.unk_token_id:
+                ends.add(found)
+        configured = getattr(generation_config, "eos_token_id", None)
+        ends |= set(configured if isinstance(configured, (list, tuple)) else [] if configured is None else [configured])
+        return {int(t) for t in ends if t is not None}
+
+    def canonical(self, text: str) -> str:
+        """The assistant's turn (what the template opened plus the decoded completion) in agon's form,
+        ``<think>reasoning</think>visible``, which the tasks read. The default renames this family's markers."""
+        if (self.think_open, self.think_close) == (THINK_OPEN, THINK_CLOSE):
+            return text
+        return text.replace(self.think_open, THINK_OPEN).replace(self.think_close, THINK_CLOSE)
+
+    # -- offline shape ---------------------------------------------------------------------------------------------
+
+    def shape_config(self, size: str, **overrides: Any) -> Any:
+        """The config of a published ``size`` (``shape.sizes``) with ``overrides`` on its text part."""
+        raise NotImplementedError(f"model family {self.name!r} has no offline shape")
+
+    def shape_model(self, config: Any, dtype: torch.dtype) -> Any:
+        """A random-weight model of ``config`` as the checkpoint holds it (multimodal where it is)."""
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+
+
+FAMILIES: Registry[Family] = Registry("model.family")
+
+
+def register_family(cls: type[Family]) -> type[Family]:
+    FAMILIES.register(cls.name)(cls())
+    return cls
+
+
+def get_family(name: str) -> Family:
+    """The family registered under ``name``, importing ``agon.families.<name>`` on first use; a name with no such
+    module raises a ``KeyError`` naming ``model.family`` and the families there are."""
+    if name not in FAMILIES:
+        try:
+            importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    return FAMILIES.get_or_raise(name)
+
+
+def known_families() -> list[str]:
+    """Every family with a module here (imported, so registered)."""
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        get_family(info.name)
+    return sorted(FAMILIES)

@@ -1,0 +1,88 @@
+"""Qwen3.5 (0.8B, 2B): Qwen3's chat format (ChatML turns ending in ``<|im_end|>``, reasoning in
+``<think>...</think>``) on a hybrid decoder: three Gated DeltaNet linear-attention layers, whose projections are
+``linear_attn.in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a`` and ``out_proj``, before every gated
+full-attention layer. The small models think only when asked: with ``enable_thinking`` the template opens
+``<think>\\n`` in the prompt (``Policies`` keeps it as the turn's opening), without it the template closes an empty
+block there, as Qwen3's does.
+
+Loading: the checkpoint is multimodal (a vision tower, no audio). ``AutoModelForCausalLM`` gives
+``Qwen3_5ForCausalLM`` over the text config; transformers drops the ``language_model`` prefix and skips the tower's
+and the multi-token-prediction head's weights, so the base class's ``load`` is the text-only load. No logit soft-cap.
+
+The offline shape: the published text configs of ``Qwen/Qwen3.5-0.8B`` and ``-2B`` (model card: 24 layers as
+6 x (3 linear + 1 full), 8 query and 2 KV heads of 256, 16 linear heads of 128, vocabulary 248,320), a small vision
+tower, Qwen3.5's added tokens at their ids and the small models' template tail. Left out: the multi-token-prediction
+layer (transformers does not load it), the template's tools, images and kept reasoning of tool turns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agon.families import Shape, register_family
+from agon.families.qwen3 import Qwen3
+
+_TEXT = dict(vocab_size=248_320, num_hidden_layers=24, num_attention_heads=8, num_key_value_heads=2, head_dim=256,
+             linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128,
+             linear_conv_kernel_dim=4, layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 6,
+             max_position_embeddings=262_144, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+             eos_token_id=248_044, pad_token_id=248_044,
+             rope_parameters={"rope_type": "default", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25,
+                              "mrope_interleaved": True, "mrope_section": [11, 11, 10]})
+SIZES = {"0.8b": dict(_TEXT, hidden_size=1024, intermediate_size=3584),
+         "2b": dict(_TEXT, hidden_size=2048, intermediate_size=6144)}
+_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=None)
+# ChatML as Qwen3's offline template, with the small models' generation-prompt tail: `<think>\n` when thinking is
+# asked for, the closed empty block otherwise (the default)
+CHAT_TEMPLATE = (
+    r"{%- for m in messages -%}{%- set content = m['content'] if m['content'] is string else '' -%}"
+    r"{%- if m['role'] == 'assistant' and '</think>' in content -%}"
+    r"{%- set content = content.split('</think>')[-1].lstrip('\n') -%}{%- endif -%}"
+    r"{{- '<|im_start|>' + m['role'] + '\n' + content + '<|im_end|>\n' -}}{%- endfor -%}"
+    r"{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}"
+    r"{%- if enable_thinking is defined and enable_thinking is true -%}{{- '<think>\n' -}}"
+    r"{%- else -%}{{- '<think>\n\n</think>\n\n' -}}{%- endif -%}{%- endif -%}"
+)
+_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+            "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+            "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
+# Qwen's layout from <|endoftext|> (248,044) on, as in Qwen3 (151,643 on): specials, tool tags, fim tokens, then the
+# think tags at 248,068-248,069
+_ADDED = [(t, True) for t in _SPECIAL] + [("<tool_call>", False), ("</tool_call>", False)] + [
+    (f"<|{t}|>", True) for t in "fim_prefix fim_middle fim_suffix fim_pad repo_name file_sep".split()] + [
+    (t, False) for t in ("<tool_response>", "</tool_response>", "<think>", "</think>")]
+SHAPE = Shape(
+    sizes=SIZES, added_tokens=[(t, 248_044 + i, s) for i, (t, s) in enumerate(_ADDED)],
+    vocab_size=248_044 + len(_ADDED), eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None,
+    chat_template=CHAT_TEMPLATE,
+    # the model card's thinking-mode sampling (its presence_penalty 1.5 is not applied by agon's engines)
+    generation=dict(do_sample=True, temperature=1.0, top_p=0.95, top_k=20, pad_token_id=248_044,
+                    eos_token_id=[248_046, 248_044]),
+    extra_special=_SPECIAL[1:],
+)
+
+
+@register_family
+class Qwen3_5(Qwen3):
+    name, label = "qwen3_5", "Qwen3.5"
+    engines = ("hf",)
+    engine_notes = {"vllm": "vLLM 0.32 loads adapters saved from the text-only model into the multimodal checkpoint "
+                            "without error but applies none of them (their keys are model.layers.*, its names "
+                            "model.language_model.*), and its CPU build needs torchvision; not wired yet",
+                    "hf_continuous": "transformers' continuous batching has no paged cache for the linear-attention "
+                                     "layers ('Invalid layer type: linear_attention'); use hf"}
+    shape = SHAPE
+
+    def shape_config(self, size: str, **overrides: Any) -> Any:
+        from transformers.models.qwen3_5 import Qwen3_5Config
+
+        text = {**SIZES[size], **overrides}
+        if text["num_hidden_layers"] != SIZES[size]["num_hidden_layers"] and "layer_types" not in overrides:
+            text["layer_types"] = SIZES[size]["layer_types"][: text["num_hidden_layers"]]
+        vision = dict(_VISION, out_hidden_size=text["hidden_size"])
+        return Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True)
+
+    def shape_model(self, config: Any, dtype: Any) -> Any:
+        from transformers.models.qwen3_5 import Qwen3_5ForConditionalGeneration
+
+        return Qwen3_5ForConditionalGeneration._from_config(config, dtype=dtype)
