@@ -19,6 +19,7 @@ from agon.families import FAMILIES, Family, get_family, known_families
 from agon.model_shape import ensure_model
 from agon.policies import Policies
 from agon.tasks import Problem, build_task
+from tests.test_engines import bounded  # noqa: F401  (the vLLM test's time limit)
 
 # family -> (published shape, text-config overrides keeping every layer type of the family at tiny widths)
 TINY = {
@@ -309,3 +310,47 @@ def test_an_engine_that_cannot_serve_the_family_fails_before_loading_naming_the_
 def test_an_unknown_family_names_the_key():
     with pytest.raises(ConfigError, match=r"model.family='mistral' is not valid; choose one of \['gemma4'"):
         validate(compose_config(["model.family=mistral"]))
+
+
+# -- vLLM (make test-vllm) ---------------------------------------------------------------------------------------
+
+# vLLM's CPU attention takes head sizes of 32 and up: Gemma 4's layer types at the smallest widths it runs
+GEMMA_FOR_VLLM = dict(TINY["gemma4"][1], head_dim=32, global_head_dim=64)
+
+
+@pytest.mark.vllm(seconds=420)
+def test_vllm_serves_gemma4_with_each_adapter_as_the_trainer_scores_it(agon_cache, bounded):
+    """The multimodal checkpoint served as its language model (``Gemma4.vllm_engine_args``): both adapters load
+    (the per-layer projections included), and each adapter's sampled log-probs are the trainer's for that adapter
+    (1e-4), not the other's."""
+    from transformers import AutoTokenizer
+
+    from agon.engines import Sampling, build_engine
+    from tests.test_engines import _trainer_logps
+
+    path = ensure_model("gemma4", "e2b", "float32", log=lambda *_: None, overrides=GEMMA_FOR_VLLM)
+    cfg = compose_config(["model=gemma4_e2b", f"model.path={path}", "model.dtype=float32", "model.device=cpu",
+                          "model.gradient_checkpointing=false", "model.lora.rank=8", "model.lora.alpha=16",
+                          "generation.engine=vllm", "generation.vllm.start_timeout_s=300",
+                          "generation.vllm.max_model_len=256", "logger=none"])
+    validate(cfg)
+    family = get_family("gemma4")
+    model = family.load(str(path), torch.float32)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    policies = Policies(model, AutoTokenizer.from_pretrained(path), ["A", "B"], cfg.model.lora, family=family)
+    policies.perturb("A", 0.3, seed=1)
+    policies.perturb("B", 0.3, seed=2)
+    engine = build_engine(cfg, policies, log=lambda *_: None)
+    try:
+        prompts = [policies.render(f"What is {i}+{i}?", enable_thinking=True) for i in range(8)]
+        sampling = Sampling(max_new_tokens=16, temperature=1.0)
+        for adapter, other in (("A", "B"), ("B", "A")):
+            completions = engine.sample(prompts, adapter, sampling)
+            ours, theirs, mask = _trainer_logps(policies, prompts, completions, adapter, 1.0)
+            assert mask.sum() > 50
+            assert float((ours - theirs).abs()[mask].max()) < 1e-4, adapter
+            wrong, _, _ = _trainer_logps(policies, prompts, completions, other, 1.0)
+            assert float((wrong - theirs).abs()[mask].max()) > 1e-2, adapter
+    finally:
+        engine.close()

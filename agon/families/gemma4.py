@@ -138,8 +138,11 @@ class Gemma4(Family):
             if "layer_types" not in overrides:
                 text["layer_types"] = published["layer_types"][:depth]
             if "num_kv_shared_layers" not in overrides:
-                text["num_kv_shared_layers"] = round(published["num_kv_shared_layers"] * depth
-                                                     / published["num_hidden_layers"])
+                # the same share, but every layer type keeps a layer of its own before the sharing ones begin
+                types = text["layer_types"]
+                owners = max(types.index(t) for t in set(types)) + 1
+                share = round(published["num_kv_shared_layers"] * depth / published["num_hidden_layers"])
+                text["num_kv_shared_layers"] = max(0, min(share, depth - owners))
         return Gemma4Config(text_config=text, vision_config=_VISION, audio_config=_AUDIO, tie_word_embeddings=True,
                             eos_token_id=[1, 106])
 
