@@ -27,7 +27,6 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from agon.families import Family, Shape, get_family
 

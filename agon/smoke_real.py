@@ -5,14 +5,14 @@ A randomly initialised checkpoint with the model's published configuration and a
 tokens, chat template and vocabulary size (``agon.model_shape``, built once and cached; ``--layers N`` keeps the
 width, vocabulary and layer pattern but only the first N layers, for models that do not fit the machine) is loaded
 through ``from_pretrained`` by ``python -m agon.run experiment=paper_deepmath debug=smoke_real model=<model>
-model.path=<dir>``, in a child process: bfloat16 (float32 on a CPU without native bfloat16 matmul, where bfloat16 would take hours),
-gradient checkpointing, micro-batches, the paper's reward and LoRA rank, DeepMath grading
-on a small local file. Two Agon steps and one cascade evaluation on two problems with up to 64 new tokens. It prints
+model.path=<dir>``, in a child process: bfloat16 (float32 on a CPU without native bfloat16 matmul, where bfloat16
+would take hours), gradient checkpointing, micro-batches, the paper's reward and LoRA rank, DeepMath grading on a
+small local file. Two Agon steps and one cascade evaluation on two problems with up to 64 new tokens. It prints
 and writes (``smoke_real.json``) seconds per step, the peak resident memory of the run's process and of its process
 tree (graders included), and the adapter pair's share of the base parameters at r=8 and r=16.
 
-``--model-path DIR`` runs a real checkpoint of the model through the same path. Left out on purpose: any judgement of the
-numbers the run reports about accuracy; the weights are random.
+``--model-path DIR`` runs a real checkpoint of the model through the same path. Left out on purpose: any judgement
+of the numbers the run reports about accuracy; the weights are random.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-
 from typing import Any
 
 import psutil
@@ -140,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     text = config.get_text_config()
     report = {
         "model": args.model, "family": family, "shape": size, "layers": text.num_hidden_layers,
-        "base_parameters": base, "model_dir": str(model_dir), "run_dir": str(run_dir), "threads": os.cpu_count(), "dtype": dtype,
+        "base_parameters": base, "model_dir": str(model_dir), "run_dir": str(run_dir), "threads": os.cpu_count(),
+        "dtype": dtype,
         "seconds_total": seconds, "seconds_per_step": step_s, "generation_seconds_per_step": gen_s,
         "peak_rss_gib": peak / 2**30, "peak_tree_rss_gib": peak_tree / 2**30,
         "adapter_pair_share": {f"r{r}": s for r, s in shares.items()},

@@ -319,7 +319,8 @@ GEMMA_FOR_VLLM = dict(TINY["gemma4"][1], head_dim=32, global_head_dim=64)
 
 
 @pytest.mark.vllm(seconds=420)
-def test_vllm_serves_gemma4_with_each_adapter_as_the_trainer_scores_it(agon_cache, bounded):
+@pytest.mark.usefixtures("bounded")
+def test_vllm_serves_gemma4_with_each_adapter_as_the_trainer_scores_it(agon_cache):
     """The multimodal checkpoint served as its language model (``Gemma4.vllm_engine_args``): both adapters load
     (the per-layer projections included), and each adapter's sampled log-probs are the trainer's for that adapter
     (1e-4), not the other's."""

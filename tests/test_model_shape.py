@@ -193,7 +193,8 @@ def test_gemma4_tokenizer_ids_and_e2b_template():
                                "<|turn>model\n")
 
 
-@pytest.mark.parametrize("family,size,parameters", [("qwen3_5", "0.8b", 752_393_024), ("gemma4", "e2b", 4_628_569_344)])
+@pytest.mark.parametrize("family,size,parameters",
+                         [("qwen3_5", "0.8b", 752_393_024), ("gemma4", "e2b", 4_628_569_344)])
 def test_the_language_models_parameter_counts(family, size, parameters):
     """The text parts of the published shapes: Qwen3.5-0.8B's 0.75B (0.8B with its vision tower) and Gemma 4
     E2B's 4.6B (5.1B with its towers, 2.3B without the per-layer embeddings)."""

@@ -158,7 +158,8 @@ NAMED = [
     Mutant("softcap_dropped", "agon/families/__init__.py", "scoring ignores the final logit soft-cap (Gemma 4)",
            'return base.get_decoder(), (lambda h: torch.tanh(head(h) / cap) * cap) if cap else head',
            'return base.get_decoder(), head'),
-    Mutant("gemma_thought_kept_visible", "agon/families/gemma4.py", "Gemma 4's thought channel is read as visible text",
+    Mutant("gemma_thought_kept_visible", "agon/families/gemma4.py",
+           "Gemma 4's thought channel is read as visible text",
            '.replace(CHANNEL_CLOSE, THINK_CLOSE)', '.replace(CHANNEL_CLOSE, "")'),
 ]
 

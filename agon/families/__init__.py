@@ -116,7 +116,8 @@ class Family:
             if isinstance(found, int) and found != tokenizer.unk_token_id:
                 ends.add(found)
         configured = getattr(generation_config, "eos_token_id", None)
-        ends |= set(configured if isinstance(configured, (list, tuple)) else [] if configured is None else [configured])
+        listed = configured if isinstance(configured, (list, tuple)) else [] if configured is None else [configured]
+        ends |= set(listed)
         return {int(t) for t in ends if t is not None}
 
     def canonical(self, text: str) -> str:

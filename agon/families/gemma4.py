@@ -33,7 +33,8 @@ from agon.tasks.text import THINK_CLOSE, THINK_OPEN
 # the published text configs; the rest (head_dim 256, sliding window 512, soft-cap, RoPE, vocabulary) is common
 _TEXT = dict(vocab_size=262_144, vocab_size_per_layer_input=262_144, hidden_size_per_layer_input=256, head_dim=256,
              global_head_dim=512, sliding_window=512, final_logit_softcapping=30.0, max_position_embeddings=131_072,
-             hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, tie_word_embeddings=True, attention_k_eq_v=False,
+             hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, tie_word_embeddings=True,
+             attention_k_eq_v=False,
              pad_token_id=0, eos_token_id=1, bos_token_id=2,
              rope_parameters={"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                                  "rope_theta": 1_000_000.0},
