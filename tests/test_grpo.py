@@ -246,8 +246,10 @@ def test_loss_equals_trl(trl_setup, loss_type, beta, eps_high):
 
     # and our own log-probs of the same tokens, temperature applied; TRL's fused, chunked LM head rounds differently,
     # so these agree to a few 1e-3 rather than 1e-5
+    from agon.families import get_family
+
     policies = Policies.__new__(Policies)
-    policies.model, policies.tokenizer = trainer.model, tok
+    policies.model, policies.tokenizer, policies.family = trainer.model, tok, get_family("qwen3")
     comps = [Completion("", tuple(r[m.bool()].tolist()), False) for r, m in zip(completion_ids, completion_mask)]
     batch = policies.batch_tensors(["<|im_start|>u12+3<|im_end|><|im_start|>a"] * 4, comps)
     with torch.no_grad():
