@@ -23,13 +23,16 @@ _SPECIAL = [f"<|{t}|>" for t in ("endoftext im_start im_end object_ref_start obj
 _ADDED = [(t, True) for t in _SPECIAL] + [("<tool_call>", False), ("</tool_call>", False)] + [
     (f"<|{t}|>", True) for t in "fim_prefix fim_middle fim_suffix fim_pad repo_name file_sep".split()] + [
     (t, False) for t in ("<tool_response>", "</tool_response>", "<think>", "</think>")]
-# ChatML; history assistant turns keep only their answer; `is false` leaves undefined and None alone
-CHAT_TEMPLATE = (
+# ChatML turns, history assistant turns keeping only their answer, then the assistant's opening (Qwen3.5 shares it)
+CHATML_TURNS = (
     r"{%- for m in messages -%}{%- set content = m['content'] if m['content'] is string else '' -%}"
     r"{%- if m['role'] == 'assistant' and '</think>' in content -%}"
     r"{%- set content = content.split('</think>')[-1].lstrip('\n') -%}{%- endif -%}"
     r"{{- '<|im_start|>' + m['role'] + '\n' + content + '<|im_end|>\n' -}}{%- endfor -%}"
     r"{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}"
+)
+# `is false` leaves undefined and None alone: thinking is on unless switched off
+CHAT_TEMPLATE = CHATML_TURNS + (
     r"{%- if enable_thinking is false -%}{{- '<think>\n\n</think>\n\n' -}}{%- endif -%}{%- endif -%}"
 )
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from agon.families import Shape, register_family
-from agon.families.qwen3 import Qwen3
+from agon.families.qwen3 import CHATML_TURNS, Qwen3
 
 _TEXT = dict(vocab_size=248_320, num_hidden_layers=24, num_attention_heads=8, num_key_value_heads=2, head_dim=256,
              linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128,
@@ -34,12 +34,7 @@ SIZES = {"0.8b": dict(_TEXT, hidden_size=1024, intermediate_size=3584),
 _VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=None)
 # ChatML as Qwen3's offline template, with the small models' generation-prompt tail: `<think>\n` when thinking is
 # asked for, the closed empty block otherwise (the default)
-CHAT_TEMPLATE = (
-    r"{%- for m in messages -%}{%- set content = m['content'] if m['content'] is string else '' -%}"
-    r"{%- if m['role'] == 'assistant' and '</think>' in content -%}"
-    r"{%- set content = content.split('</think>')[-1].lstrip('\n') -%}{%- endif -%}"
-    r"{{- '<|im_start|>' + m['role'] + '\n' + content + '<|im_end|>\n' -}}{%- endfor -%}"
-    r"{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}"
+CHAT_TEMPLATE = CHATML_TURNS + (
     r"{%- if enable_thinking is defined and enable_thinking is true -%}{{- '<think>\n' -}}"
     r"{%- else -%}{{- '<think>\n\n</think>\n\n' -}}{%- endif -%}{%- endif -%}"
 )
