@@ -177,8 +177,6 @@ def load_tokenizer(model_cfg: Any) -> tuple[Any, int | None]:
         return build_tokenizer(), model_cfg.tiny.max_position
     from transformers import AutoConfig, AutoTokenizer
 
-    from agon.families import get_family
-
     source = model_cfg.path or model_cfg.name
     try:
         return (AutoTokenizer.from_pretrained(source),
@@ -202,8 +200,6 @@ def load_base(model_cfg: Any, task_cfg: Any = None, log=print, device: str | tor
     (default: ``model.device``, where ``auto`` is the GPU when there is one). The model is the language model
     alone, as ``model.family`` loads it: a multimodal checkpoint's towers never reach the device."""
     from transformers import AutoTokenizer
-
-    from agon.families import get_family
 
     source = model_source(model_cfg, task_cfg, log)
     try:
