@@ -69,6 +69,8 @@ class Mutant:
     new: str | None = None
     site: int | None = None
     line: int | None = None
+    # the test files to run; null: TESTS[file]
+    tests: list[str] | None = None
 
 
 NAMED = [
@@ -282,7 +284,8 @@ def run_mutant(m: Mutant, scratch: Path, timeout: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(scratch), "WANDB_MODE": "disabled"}  # AGON_TEST_CACHE set in main
     if _vllm_python():
         env["AGON_VLLM_PYTHON"] = str(_vllm_python())
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", _markers(), *TESTS[m.file]]
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", _markers(),
+           *(m.tests or TESTS[m.file])]
     t0 = time.time()
     try:
         out = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout)
@@ -304,17 +307,21 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=0, help="run this many operator mutants, drawn at random")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="*", default=None, help="mutant ids to run")
+    parser.add_argument("--extra", default=None,
+                        help="a JSON list of more named mutants ({id, file, description, old, new}), to try a new "
+                             "one before it joins NAMED")
     parser.add_argument("--list", action="store_true", help="print the mutants and exit")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per mutant before it counts as killed")
     parser.add_argument("--out", default="mutation.json")
     args = parser.parse_args()
 
-    mutants = NAMED if args.named or not args.operators else []
+    named = NAMED + [Mutant(**m) for m in json.loads(Path(args.extra).read_text())] if args.extra else NAMED
+    mutants = named if args.named or not args.operators else []
     if args.operators:
         ops = operator_mutants()
         mutants = mutants + (random.Random(args.seed).sample(ops, min(args.sample, len(ops))) if args.sample else ops)
     if args.only:  # by id, from either kind
-        mutants = list({m.id: m for m in NAMED + operator_mutants() if m.id in set(args.only)}.values())
+        mutants = list({m.id: m for m in named + operator_mutants() if m.id in set(args.only)}.values())
     for m in mutants:  # fail now, not an hour in, if a named patch no longer applies
         mutated_source(m, (ROOT / m.file).read_text())
     if args.list:
