@@ -1,24 +1,35 @@
 """The draft -> recap -> challenge game on the test world, checked value by value.
 
-The test world answers about a quarter of its problems right and every well-formed draft carries a one-step recap,
+The test world answers about half of its problems right and every well-formed draft carries a one-step recap,
 so each check below compares real, non-empty values: the exact recap a challenger reads, each role's own lengths
 and verdicts in the outcome, and what a verifier failure turns into.
+
+The ``policies`` fixture's adapters are both zero-initialised: A, B and the base answer alike, so a stage played by
+the wrong one would not show there. The rivals below are two adapters that answer very differently (A nudged off
+the base, still mostly well-formed and often right; B pushed far, hardly ever well-formed or right).
+Decoding greedily, every completion of a stage must equal, token for token, the one the named adapter gives for
+the same prompts, and differ from the other adapter's.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import pytest
 import torch
 
 from agon.grpo import group_advantages
+from agon.methods import Turn, get_method
+from agon.policies import Completion, Policies
 from agon.rewards import compute_rewards
 from agon.rollout import Game, Sampling, play, render
-from agon.tasks import Problem, Verdict, build_task
+from agon.tasks import Problem, Task, Verdict, build_task
 from agon.tasks.arithmetic import ArithmeticTask
 
 SAMPLING = Sampling(max_new_tokens=32, temperature=1.0)
+GREEDY = Sampling(max_new_tokens=32, temperature=0.0)
 
 
 def _game(cfg, policies, exchange: str, task=None, problems: int = 6, group_size: int = 4) -> Game:
@@ -56,20 +67,134 @@ def test_a_hidden_challenger_sees_the_plain_prompt_and_no_recap(small_cfg, polic
         assert not any(recap in r.challenge.prompt for recap in recaps)
 
 
-def test_the_outcome_holds_each_roles_own_verdicts_and_lengths(small_cfg, policies):
-    game = _game(small_cfg, policies, "visible")
+@dataclass
+class Rivals:
+    """Adapters A and B that answer very differently, the prompts of a few problems, and each adapter's greedy
+    completions of any batch of prompts (sampled once, through ``Policies.sample`` rather than the rollout)."""
+
+    policies: Policies
+    task: Task
+    model_cfg: Any
+    problems: list[Problem]
+    group_size: int
+    greedy_seen: dict = field(default_factory=dict)
+
+    def greedy(self, adapter: str | None, prompts: Sequence[str]) -> list[Completion]:
+        key = (adapter, tuple(prompts))
+        if key not in self.greedy_seen:
+            self.greedy_seen[key] = self.policies.sample(prompts, adapter, max_new_tokens=GREEDY.max_new_tokens,
+                                                         temperature=0.0)
+        return self.greedy_seen[key]
+
+    @property
+    def rows(self) -> list[Problem]:
+        """The game's rows: each problem ``group_size`` times, problem-major."""
+        return [p for p in self.problems for _ in range(self.group_size)]
+
+    @property
+    def plain(self) -> list[str]:
+        return [render(self.policies, self.task, self.model_cfg, self.task.user_message(p)) for p in self.rows]
+
+    def play(self, drafter: str | None, challenger: str | None, exchange: str) -> Game:
+        return play(self.policies, self.task, self.model_cfg, self.problems, drafter=drafter, challenger=challenger,
+                    exchange=exchange, group_size=self.group_size, sampling=GREEDY)
+
+
+@pytest.fixture(scope="module")
+def rivals(tiny_base) -> Rivals:
+    """A: the test world's base with small noise on its LoRA (its answers differ from the base's on some problems,
+    most are well-formed, some right). B: noise 6 times larger (hardly ever a well-formed answer, mostly cut at the
+    budget). Read-only: no test trains them."""
+    cfg, (model, tokenizer) = tiny_base
+    # PEFT draws lora_A from the global RNG: seeded here, so that the rivals are one fixed pair whatever
+    # AGON_TEST_SEED says (nothing below samples at random: every completion is greedy)
+    torch.manual_seed(0)
+    policies = Policies(copy.deepcopy(model), tokenizer, ["A", "B"], cfg.model.lora)
+    policies.perturb("A", 0.05, seed=3)
+    policies.perturb("B", 0.3, seed=2)
+    task = build_task(cfg.task)
+    return Rivals(policies, task, cfg.model, list(task.train_problems())[:4], group_size=2)
+
+
+def _differ(x: Sequence[Completion], y: Sequence[Completion]) -> int:
+    return sum(a.token_ids != b.token_ids for a, b in zip(x, y, strict=True))
+
+
+def test_the_rivals_answer_differently_from_each_other_and_from_the_base(rivals):
+    plain = rivals.plain
+    a, b, base = rivals.greedy("A", plain), rivals.greedy("B", plain), rivals.greedy(None, plain)
+    assert _differ(a, b) == len(plain), "A and B should differ on every problem"
+    assert _differ(a, base) > 0, "A should differ from the base somewhere"
+    a_ok = rivals.task.verify(rivals.rows, [c.text for c in a])
+    b_ok = rivals.task.verify(rivals.rows, [c.text for c in b])
+    assert sum(v.format_ok for v in a_ok) > len(plain) // 2 and sum(v.correct for v in a_ok) > 0
+    assert sum(v.format_ok for v in b_ok) <= len(plain) // 4 and sum(v.correct for v in b_ok) < sum(
+        v.correct for v in a_ok)
+    assert any(rivals.task.recap(c.text) for c in a), "A's drafts should carry recaps for a visible challenger"
+
+
+# what Agon's turn says at steps 0 and 1 (the trainer's step counter) under each rotation
+TURNS = {"alternate": [Turn("A", "B"), Turn("B", "A")], "fixed": [Turn("A", "B"), Turn("A", "B")]}
+
+
+@pytest.mark.parametrize("exchange", ["visible", "hidden"])
+def test_each_stage_is_played_by_the_adapter_the_turn_names(rivals, exchange):
+    """Steps 0 and 1 of Agon's rotation, alternate and fixed: the drafts are the drafter's completions of the plain
+    prompts, each recap is cut from its own draft, and the challenges are the challenger's completions of the
+    prompts its exchange gives (the problem with that recap, or the plain prompt), never the other adapter's."""
+    task, plain = rivals.task, rivals.plain
+    other = {"A": "B", "B": "A"}
+    games: dict[Turn, Game] = {}  # greedy: a turn played twice is the same game, so each turn is played once
+    for rotation, turns in TURNS.items():
+        for step, expected in enumerate(turns):
+            turn = get_method("agon").turn(rotation, step)
+            assert turn == expected, (rotation, step)
+            if turn not in games:
+                games[turn] = rivals.play(turn.drafter, turn.challenger, exchange)
+            game = games[turn]
+            assert (game.drafter, game.challenger) == (turn.drafter, turn.challenger)
+            assert [r.problem for r in game.rounds] == rivals.rows
+
+            drafts = rivals.greedy(turn.drafter, plain)
+            assert _differ(drafts, rivals.greedy(other[turn.drafter], plain)) == len(plain)
+            assert [r.draft.prompt for r in game.rounds] == plain
+            assert [r.draft.completion for r in game.rounds] == drafts, (rotation, step)
+            recaps = [task.recap(d.text) for d in drafts]
+            assert [r.recap for r in game.rounds] == recaps
+
+            if exchange == "visible":
+                prompts = [render(rivals.policies, task, rivals.model_cfg, task.challenge_message(p, recap))
+                           for p, recap in zip(rivals.rows, recaps)]
+            else:
+                prompts = plain
+            challenges = rivals.greedy(turn.challenger, prompts)
+            assert _differ(challenges, rivals.greedy(other[turn.challenger], prompts)) == len(prompts)
+            assert [r.challenge.prompt for r in game.rounds] == prompts
+            assert [r.challenge.completion for r in game.rounds] == challenges, (rotation, step)
+    assert len(games) == 2, "the steps should have played both orders"
+
+
+# B's drafts carry no recap, and A answers an empty one wrong: A challenges B on the plain prompt, where it is
+# sometimes right, so that correctness differs between the roles in both orders
+@pytest.mark.parametrize("drafter,challenger,exchange", [("A", "B", "visible"), ("B", "A", "hidden")])
+def test_the_outcome_holds_each_roles_own_verdicts_lengths_and_format(rivals, drafter, challenger, exchange):
+    """Each role's correctness, length and format flag come from its own completions, graded on its own: checked
+    where the two roles differ (A mostly well-formed and often right, B hardly ever, and mostly at the budget)."""
+    game = rivals.play(drafter, challenger, exchange)
     outcome = game.outcome()
-    drafts, challenges = game.attempts("drafter"), game.attempts("challenger")
-    assert outcome.draft_correct.tolist() == [float(a.verdict.correct) for a in drafts]
-    assert outcome.challenge_correct.tolist() == [float(a.verdict.correct) for a in challenges]
-    assert outcome.draft_tokens.tolist() == [a.completion.n_tokens for a in drafts]
-    assert outcome.challenge_tokens.tolist() == [a.completion.n_tokens for a in challenges]
-    assert outcome.draft_format.tolist() == [float(a.verdict.format_ok) for a in drafts]
-    assert outcome.challenge_format.tolist() == [float(a.verdict.format_ok) for a in challenges]
-    # the checks above have power only if the roles differ somewhere
+    for role, correct, tokens, fmt in (
+            ("drafter", outcome.draft_correct, outcome.draft_tokens, outcome.draft_format),
+            ("challenger", outcome.challenge_correct, outcome.challenge_tokens, outcome.challenge_format)):
+        attempts = game.attempts(role)
+        verdicts = rivals.task.verify(rivals.rows, [a.completion.text for a in attempts])
+        assert [a.verdict for a in attempts] == verdicts
+        assert correct.tolist() == [float(v.correct) for v in verdicts]
+        assert fmt.tolist() == [float(v.format_ok) for v in verdicts]
+        assert tokens.tolist() == [a.completion.n_tokens for a in attempts]
+    # the checks above have power only where the roles differ, in each of the three
+    assert not torch.equal(outcome.draft_format, outcome.challenge_format)
     assert not torch.equal(outcome.draft_tokens, outcome.challenge_tokens)
     assert not torch.equal(outcome.draft_correct, outcome.challenge_correct)
-    assert 0 < float(outcome.draft_correct.mean()) < 1
 
 
 def test_the_length_tiebreak_pays_a_challenger_shorter_than_its_own_draft(small_cfg, policies):
