@@ -170,8 +170,9 @@ def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[st
 # cache
 
 
+# train_size too: the warm start draws its problems from the training split, so two sizes are two worlds
 ARITHMETIC_KEYS = ("min_terms", "max_terms", "max_operand", "split_seed", "heldout_size", "challenge_template",
-                  "instruction")
+                  "instruction", "train_size")
 REASONING_GYM_KEYS = ("name", "train_size", "split_seed", "heldout_size", "challenge_template", "instruction",
                       "system_prompt")
 

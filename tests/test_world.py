@@ -91,6 +91,8 @@ def test_the_key_changes_with_what_shapes_the_model():
     assert key != world.world_key(compose_config(TINY + ["model.tiny.warmup_steps=4"]).model, task)
     task2 = OmegaConf.structured(ArithmeticTaskConfig(max_operand=50))
     assert key != world.world_key(cfg.model, task2)
+    # the warm start draws from the training split, so its size shapes the model too
+    assert key != world.world_key(cfg.model, OmegaConf.structured(ArithmeticTaskConfig(train_size=400)))
 
 
 def test_which_task_a_world_is_warm_started_on():
