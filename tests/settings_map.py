@@ -1,0 +1,226 @@
+"""The settings map: for every key of the typed config (``agon/config.py``), the test that sets it away from its
+default and observes the effect where it acts (the model built, the problems drawn, the prompts, the reward, the
+loss, the files written), or why the key changes nothing a run computes.
+
+Keys are dotted paths as a command line writes them: ``trainer.epsilon``, ``model.lora.rank``. The task's own
+keys (``TaskConfig``'s) are ``task.<key>``; a task family's (its schema's subclass fields) are
+``task.<kind>.<key>``, e.g. ``task.arithmetic.max_operand``, ``task.codecontests.sandbox.allow_unsafe``: on the
+command line they are still ``task.max_operand``. Agon's Optuna sweeper (``hydra/sweeper=optuna``) is
+``hydra.sweeper.<key>``.
+
+``tests/test_settings_map.py`` reads this module: every key in exactly one of COMPUTED, NOT_COMPUTED and PENDING,
+every entry a key that exists, every test named there a test that exists and whose source mentions the key's last
+component (or an entry in UNNAMED saying why it need not), and PENDING empty. ``python -m tests.settings_map``
+prints the coverage.
+"""
+
+from __future__ import annotations
+
+SETTINGS = "tests/test_settings.py"
+POLICIES = "tests/test_policies.py"
+ENGINES = "tests/test_engines.py"
+WORLD = "tests/test_world.py"
+CODECONTESTS = "tests/tasks/test_codecontests.py"
+DEEPMATH = "tests/tasks/test_deepmath.py"
+REASONING_GYM = "tests/tasks/test_reasoning_gym.py"
+
+_TINY_SHAPE = f"{SETTINGS}::test_the_offline_worlds_shape_is_what_model_tiny_says"
+_WARM_START = f"{SETTINGS}::test_the_warm_start_follows_its_steps_rate_batch_schedule_and_seed"
+_HUB_MODEL = f"{POLICIES}::test_a_hub_model_loads_from_its_local_path_and_fails_clearly_without_one"
+_LORA_SHAPE = f"{SETTINGS}::test_lora_rank_and_target_modules_are_the_adapters_shape"
+_LORA_SCALE = f"{SETTINGS}::test_lora_alpha_scales_the_adapters_output_and_dropout_makes_it_random_in_training"
+_ARITHMETIC = f"{SETTINGS}::test_the_arithmetic_task_draws_its_problems_as_its_keys_say"
+_PROMPTS = f"{SETTINGS}::test_the_task_text_keys_are_the_prompts_each_role_reads"
+_RG_PROBLEMS = f"{SETTINGS}::test_reasoning_gym_dataset_args_and_train_size_shape_its_problems"
+_WARM_TASK = f"{WORLD}::test_which_task_a_world_is_warm_started_on"
+_VERIFIER = f"{SETTINGS}::test_deepmath_verify_workers_and_timeout_are_the_graders"
+_CC_FILTER = f"{CODECONTESTS}::test_easy_filter"
+_CC_HELDOUT = f"{CODECONTESTS}::test_heldout_from_another_split"
+_CC_LIMITS = f"{SETTINGS}::test_codecontests_limits_are_the_ones_each_program_runs_under"
+_INIT = f"{SETTINGS}::test_init_std_and_init_seed_plus_the_run_seed_make_bs_perturbation"
+_FALLBACK = f"{ENGINES}::test_the_fallback_engine_samples_when_vllm_is_installed_nowhere_and_says_so"
+_VLLM_START = f"{SETTINGS}::test_the_vllm_keys_are_what_the_worker_is_started_with"
+_STUDY = f"{SETTINGS}::test_the_optuna_sweepers_keys_set_the_study_it_runs"
+# strict xfail until the pruner settings reach the trials' own pruner (the fix is proposed in its comment)
+_PRUNER = f"{SETTINGS}::test_the_optuna_sweepers_pruner_keys_set_when_a_trial_is_pruned"
+
+# key -> the tests that set it away from its default and observe what it changes
+COMPUTED: dict[str, tuple[str, ...]] = {
+    # -- model
+    "model.name": (_HUB_MODEL,),
+    "model.family": (f"{SETTINGS}::test_model_family_is_how_a_run_reads_its_completions",),
+    "model.path": (_HUB_MODEL,),
+    "model.dtype": (f"{POLICIES}::test_bfloat16_on_a_cpu_without_native_bf16_names_the_setting_to_change",),
+    "model.device": (f"{SETTINGS}::test_model_device_is_where_the_base_is_loaded",),
+    "model.gradient_checkpointing": (
+        f"{SETTINGS}::test_gradient_checkpointing_recomputes_each_layer_in_the_backward_and_gives_the_same_gradients",),
+    "model.enable_thinking": (f"{SETTINGS}::test_model_enable_thinking_is_in_every_prompt_a_run_samples",),
+    "model.lora.rank": (_LORA_SHAPE,),
+    "model.lora.alpha": (_LORA_SCALE,),
+    "model.lora.dropout": (_LORA_SCALE,),
+    "model.lora.target_modules": (_LORA_SHAPE,),
+    "model.tiny.hidden_size": (_TINY_SHAPE,),
+    "model.tiny.num_layers": (_TINY_SHAPE,),
+    "model.tiny.num_heads": (_TINY_SHAPE,),
+    "model.tiny.num_kv_heads": (_TINY_SHAPE,),
+    "model.tiny.intermediate_size": (_TINY_SHAPE,),
+    "model.tiny.max_position": (_TINY_SHAPE,),
+    "model.tiny.warmup_steps": (_WARM_START,),
+    "model.tiny.warmup_batch_size": (_WARM_START,),
+    "model.tiny.warmup_lr": (_WARM_START,),
+    "model.tiny.warmup_cosine": (_WARM_START,),
+    "model.tiny.warmup_seed": (_WARM_START,),
+    # -- task: every family's
+    "task.kind": (f"{SETTINGS}::test_task_kind_picks_the_task_family_a_run_builds",),
+    # reasoning-gym's dataset; for the other families a label only
+    "task.name": (f"{REASONING_GYM}::test_other_datasets_by_name",),
+    "task.heldout_size": (_CC_HELDOUT, _ARITHMETIC),
+    "task.split_seed": (f"{DEEPMATH}::test_filter_and_disjoint_seeded_split", _ARITHMETIC),
+    "task.system_prompt": (_PROMPTS,),
+    "task.instruction": (_PROMPTS,),
+    "task.challenge_template": (_PROMPTS,),
+    # -- task: arithmetic
+    "task.arithmetic.min_terms": (_ARITHMETIC,),
+    "task.arithmetic.max_terms": (_ARITHMETIC,),
+    "task.arithmetic.max_operand": (_ARITHMETIC,),
+    "task.arithmetic.train_size": (_ARITHMETIC,),
+    # the world a hard split loads is the default one (same key, same directory), and its warm-start problems have
+    # the warm-start lengths
+    "task.arithmetic.warm_start_min_terms": (
+        _WARM_TASK, f"{SETTINGS}::test_the_hard_split_warm_starts_the_base_on_its_own_chain_lengths"),
+    "task.arithmetic.warm_start_max_terms": (
+        _WARM_TASK, f"{SETTINGS}::test_the_hard_split_warm_starts_the_base_on_its_own_chain_lengths"),
+    # -- task: reasoning_gym
+    "task.reasoning_gym.dataset_args": (_RG_PROBLEMS,),
+    "task.reasoning_gym.train_size": (_RG_PROBLEMS,),
+    "task.reasoning_gym.dataset_defaults": (f"{REASONING_GYM}::test_other_datasets_by_name",),
+    # warm_start=arithmetic loads the default arithmetic world (its key), own one of the dataset's
+    "task.reasoning_gym.warm_start": (_WARM_TASK,),
+    # -- task: deepmath
+    "task.deepmath.source": (f"{DEEPMATH}::test_jsonl_file_and_directory_sources_match_parquet",),
+    "task.deepmath.min_difficulty": (f"{DEEPMATH}::test_min_difficulty_is_configurable",),
+    "task.deepmath.verify_timeout_s": (_VERIFIER,),
+    "task.deepmath.verify_workers": (_VERIFIER,),
+    # -- task: codecontests
+    "task.codecontests.source": (_CC_HELDOUT, f"{SETTINGS}::test_codecontests_split_is_where_the_problems_come_from"),
+    "task.codecontests.split": (f"{SETTINGS}::test_codecontests_split_is_where_the_problems_come_from",),
+    "task.codecontests.max_cf_rating": (_CC_FILTER,),
+    "task.codecontests.max_generated_tests": (f"{CODECONTESTS}::test_tests_and_limits",),
+    "task.codecontests.time_limit_s": (_CC_LIMITS,),
+    "task.codecontests.memory_mb": (_CC_LIMITS,),
+    "task.codecontests.max_output_bytes": (_CC_LIMITS,),
+    "task.codecontests.workers": (f"{SETTINGS}::test_codecontests_workers_grade_that_many_programs_at_once",),
+    "task.codecontests.easy_only": (_CC_FILTER,),
+    "task.codecontests.easy_difficulties": (_CC_FILTER,),
+    "task.codecontests.require_python_solution": (_CC_FILTER,),
+    "task.codecontests.time_limit_factor": (_CC_LIMITS,),
+    "task.codecontests.heldout_split": (_CC_HELDOUT,),
+    "task.codecontests.sandbox.allow_unsafe": (
+        f"{SETTINGS}::test_codecontests_sandbox_allow_unsafe_runs_programs_where_isolation_is_missing",),
+    # -- method, init
+    "method.name": ("tests/test_run.py::test_every_method_runs_end_to_end_and_its_summary_is_its_eval_rows",
+                    "tests/test_methods.py::test_a_method_registered_here_runs_end_to_end"),
+    "method.train": (f"{SETTINGS}::test_method_train_false_evaluates_the_untrained_adapters",),
+    "init.mode": (f"{POLICIES}::test_init_modes_at_step_zero_as_a_run_builds_them",),
+    "init.std": (_INIT,),
+    "init.seed": (_INIT,),
+    # -- generation
+    "generation.engine": (_FALLBACK, _VLLM_START),
+    "generation.fallback": (_FALLBACK,),
+    "generation.vllm.placement": (
+        _VLLM_START,
+        f"{SETTINGS}::test_vllm_placement_inprocess_is_refused_where_vllm_does_not_import_even_with_a_worker_at_hand"),
+    "generation.vllm.python": (
+        f"{ENGINES}::test_asking_for_vllm_where_it_is_not_installed_fails_before_any_model_loads", _VLLM_START),
+    "generation.vllm.gpu_memory_utilization": (_VLLM_START,),
+    "generation.vllm.cpu_kv_cache_gib": (_VLLM_START,),
+    "generation.vllm.max_model_len": (_VLLM_START,),
+    "generation.vllm.max_num_seqs": (_VLLM_START,),
+    "generation.vllm.enforce_eager": (_VLLM_START,),
+    "generation.vllm.start_timeout_s": (
+        f"{SETTINGS}::test_a_vllm_worker_that_never_answers_fails_after_start_timeout_s",),
+    # -- logger: the one key that changes a file of the run, samples.jsonl (and W&B's table)
+    "logger.table_rows": (
+        f"{SETTINGS}::test_logger_table_rows_is_how_many_rollouts_an_evaluation_writes_to_samples_jsonl",
+        "tests/test_wandb_logger.py::test_offline_run_writes_its_files_and_metric_keys"),
+    # -- tune: which trial a cell reports to (and is pruned by)
+    "tune.storage": (_STUDY,),
+    "tune.study": (_STUDY,),
+    "tune.trial": (_STUDY,),
+    # -- top level
+    "seed": (_INIT, f"{SETTINGS}::test_the_run_seed_orders_the_training_problems", _VLLM_START),
+    # -- the Optuna sweeper
+    "hydra.sweeper.params": (_STUDY,),
+    "hydra.sweeper.n_trials": (_STUDY,),
+    "hydra.sweeper.n_jobs": (_STUDY,),
+    "hydra.sweeper.direction": (_STUDY,),
+    "hydra.sweeper.storage": (_STUDY,),
+    "hydra.sweeper.study_name": (_STUDY,),
+    "hydra.sweeper.seed": (_STUDY,),
+    "hydra.sweeper.pruner_startup_trials": (_PRUNER,),
+    "hydra.sweeper.pruner_warmup_steps": (_PRUNER,),
+}
+
+# (key, test) -> why that test observes the key although its source does not spell the key's last component
+UNNAMED: dict[tuple[str, str], str] = {}
+
+# key -> why it changes nothing a run computes
+NOT_COMPUTED: dict[str, str] = {
+    "model.shape": "names the published shape agon.model_shape and agon.smoke_real build a random checkpoint of, and "
+                   "the model's label in summary.json (model_label); a run loads its weights from model.path or "
+                   "model.name",
+    "logger.name": "the mirror of the run's records (none or W&B); the run's own files are the same either way "
+                   "(run.PRESENTATION_KEYS leaves logger out of what makes two runs the same)",
+    "logger.project": "the W&B project the mirror logs to",
+    "logger.entity": "the W&B entity the mirror logs to",
+    "logger.mode": "whether W&B logs online or offline",
+    "logger.group": "the W&B group of the run",
+    "logger.tags": "the W&B tags of the run",
+    "experiment": "a label (summary.json, the W&B group); the preset chosen with experiment=<name> changes other "
+                  "keys, each mapped on its own",
+    "output_dir": "where the run's files go, not what they hold",
+    "progress": "a progress bar on the terminal",
+    "hydra.sweeper._target_": "the class Hydra instantiates for hydra/sweeper=optuna; the schema fixes it, and every "
+                              "sweeper test runs through it",
+}
+
+# keys mapped by other engineers' work in progress (issue 25): the lead moves each into COMPUTED from their reports.
+# The meta-test fails while any is left here.
+PENDING: set[str] = {
+    # sampling (the model card's settings; trainer.* and eval.* interpolate them)
+    "model.temperature", "model.top_p", "model.top_k",
+    # the trainer
+    "trainer.max_steps", "trainer.learning_rate", "trainer.weight_decay", "trainer.num_generations",
+    "trainer.prompts_per_step", "trainer.micro_batch_size", "trainer.scoring_batch_tokens",
+    "trainer.generation_batch_tokens", "trainer.solo_row_tokens", "trainer.logit_chunk_tokens",
+    "trainer.max_new_tokens", "trainer.temperature", "trainer.top_p", "trainer.top_k", "trainer.loss_type",
+    "trainer.scale_rewards", "trainer.adv_eps", "trainer.epsilon", "trainer.epsilon_high", "trainer.beta",
+    "trainer.use_bias_correction_kl", "trainer.num_iterations", "trainer.max_grad_norm", "trainer.checkpoint_every",
+    "trainer.checkpoint_minutes", "trainer.keep_checkpoints", "trainer.resume", "trainer.max_bad_steps",
+    "trainer.vllm_importance_sampling_correction", "trainer.vllm_importance_sampling_mode",
+    "trainer.vllm_importance_sampling_clip_max", "trainer.vllm_importance_sampling_clip_min",
+    "trainer.warn_after_steps", "trainer.warn_zero_std_ratio", "trainer.warn_truncated_ratio",
+    "trainer.warn_importance_ratio", "trainer.ddp_timeout",
+    # the evaluation
+    "eval.n_problems", "eval.samples", "eval.every", "eval.interim_problems", "eval.interim_samples",
+    "eval.max_new_tokens", "eval.temperature", "eval.top_p", "eval.top_k", "eval.generation_batch_tokens",
+    "eval.at_start", "eval.diagnostic", "eval.diagnostic_samples",
+    # the reward
+    "reward.name", "reward.correct_weight", "reward.conversion_bonus", "reward.length_tiebreak", "reward.team_weight",
+    "reward.format_weight",
+    # the game's axes (evaluation path seen by tests/test_cascade.py::test_evaluate_on_a_tiny_model_is_summarise_of_
+    # its_games for exchange.mode; the training path, trainer.py's play call, by none yet)
+    "exchange.mode", "rotation.mode",
+}
+
+
+def summary() -> str:
+    """The coverage, one line: keys that change a run with a test behind them, those without a reason, pending."""
+    changes = len(COMPUTED) + len(PENDING)
+    share = len(COMPUTED) / changes if changes else 1.0
+    return (f"{len(COMPUTED)} of {changes} keys that change a run have a test ({share:.0%}); "
+            f"{len(NOT_COMPUTED)} change nothing computed (each with its reason); {len(PENDING)} pending")
+
+
+if __name__ == "__main__":
+    print(summary())
