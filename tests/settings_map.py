@@ -43,6 +43,13 @@ _VLLM_START = f"{SETTINGS}::test_the_vllm_keys_are_what_the_worker_is_started_wi
 _STUDY = f"{SETTINGS}::test_the_optuna_sweepers_keys_set_the_study_it_runs"
 # strict xfail until the pruner settings reach the trials' own pruner (the fix is proposed in its comment)
 _PRUNER = f"{SETTINGS}::test_the_optuna_sweepers_pruner_keys_set_when_a_trial_is_pruned"
+HEALTH = "tests/test_health.py"
+REWARDS = "tests/test_rewards.py"
+_REWARD_TABLE = f"{REWARDS}::test_every_mode_pays_each_term_by_hand_over_the_whole_truth_table"
+_REWARD_PRESETS = f"{REWARDS}::test_each_shipped_reward_preset_pays_its_documented_form_over_the_truth_table"
+_STAGES = "tests/test_rollout.py::test_each_stage_is_played_by_the_adapter_the_turn_names"
+_EXCHANGE_IN_TRAINING = "tests/test_trainer.py::test_the_exchange_mode_is_what_a_training_challenger_reads"
+_WATCH_CONFIG = f"{HEALTH}::test_the_trainer_watches_with_the_warn_settings_of_its_config"
 
 # key -> the tests that set it away from its default and observe what it changes
 COMPUTED: dict[str, tuple[str, ...]] = {
@@ -159,6 +166,25 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "hydra.sweeper.seed": (_STUDY,),
     "hydra.sweeper.pruner_startup_trials": (_PRUNER,),
     "hydra.sweeper.pruner_warmup_steps": (_PRUNER,),
+    # -- the reward: every mode over the 32-row truth table, each term at its own non-zero weight
+    "reward.name": (_REWARD_TABLE, _REWARD_PRESETS),
+    "reward.correct_weight": (_REWARD_TABLE, _REWARD_PRESETS),
+    "reward.conversion_bonus": (_REWARD_TABLE, _REWARD_PRESETS),
+    "reward.length_tiebreak": (_REWARD_TABLE, _REWARD_PRESETS),
+    "reward.team_weight": (_REWARD_TABLE, _REWARD_PRESETS),
+    "reward.format_weight": (_REWARD_TABLE, _REWARD_PRESETS),
+    # -- the game's axes
+    "exchange.mode": (_STAGES, _EXCHANGE_IN_TRAINING),
+    "rotation.mode": (_STAGES, "tests/test_trainer.py::test_rotation_schedule"),
+    # -- the learning watch: each rule with one role apart from the other
+    "trainer.warn_after_steps": (
+        f"{HEALTH}::test_each_causes_streak_resets_when_broken_and_counts_apart_from_the_others",
+        f"{HEALTH}::test_after_one_step_a_cause_is_said_at_once", _WATCH_CONFIG),
+    "trainer.warn_zero_std_ratio": (
+        f"{HEALTH}::test_no_signal_is_said_only_when_every_role_lacks_spread", _WATCH_CONFIG),
+    "trainer.warn_truncated_ratio": (f"{HEALTH}::test_truncation_in_any_one_role_is_said", _WATCH_CONFIG),
+    "trainer.warn_importance_ratio": (
+        f"{HEALTH}::test_a_low_importance_weight_in_either_role_is_said_and_in_neither_is_not", _WATCH_CONFIG),
 }
 
 # (key, test) -> why that test observes the key although its source does not spell the key's last component

@@ -72,6 +72,28 @@ def test_one_step_moves_both_adapters_and_not_the_base(step_cfg, policies, tmp_p
     assert read_jsonl(tmp_path / "metrics.jsonl")[-1]["train/step"] == 1
 
 
+@pytest.mark.parametrize("exchange", ["visible", "hidden"])
+def test_the_exchange_mode_is_what_a_training_challenger_reads(step_cfg, policies, tmp_path, monkeypatch, exchange):
+    """A training step's challengers read ``exchange.mode``'s prompt: the problem and its drafter's recap
+    (visible), or the drafter's own plain prompt (hidden). The game is caught on its way out of the real rollout."""
+    import agon.trainer
+    from agon.rollout import render
+
+    games = []
+    real = agon.trainer.play_split
+    monkeypatch.setattr(agon.trainer, "play_split", lambda *a, **k: games.append(real(*a, **k)) or games[-1])
+    step_cfg.exchange.mode = exchange
+    trainer = _trainer(step_cfg, policies, tmp_path)
+    trainer.step()
+    (game, _), = games
+    assert sum(bool(r.recap) for r in game.rounds) > len(game.rounds) // 2, "premise: drafts carry recaps"
+    for r in game.rounds:
+        message = (trainer.task.challenge_message(r.problem, r.recap) if exchange == "visible"
+                   else trainer.task.user_message(r.problem))
+        assert r.challenge.prompt == render(policies, trainer.task, step_cfg.model, message)
+        assert (r.challenge.prompt == r.draft.prompt) is (exchange == "hidden")
+
+
 def test_step_metrics_are_the_games_own_rates(step_cfg, policies, tmp_path):
     """Accuracy, conversion, regression, lengths and rewards as logged equal their definitions on the game."""
     from agon.rollout import play
