@@ -75,6 +75,10 @@ def storage_backend(url: str) -> Any:
     return url
 
 
+# the study attribute holding the sweeper's MedianPruner settings, which each trial's reporter prunes with
+PRUNER_ATTR = "agon_pruner"
+
+
 class TrialReporter:
     """Reports a trial's evaluations to its study and raises ``optuna.TrialPruned`` when the pruner says so. Built
     from the ``tune`` overrides the sweeper gives each trial's cell."""
@@ -82,7 +86,10 @@ class TrialReporter:
     def __init__(self, storage: str, study: str, trial: int):
         import optuna
 
-        self.study = optuna.load_study(study_name=study, storage=storage_backend(storage))
+        backend = storage_backend(storage)
+        pruner = optuna.load_study(study_name=study, storage=backend).user_attrs.get(PRUNER_ATTR, {})
+        self.study = optuna.load_study(study_name=study, storage=backend,
+                                       pruner=optuna.pruners.MedianPruner(**pruner))
         trial_id = next(t._trial_id for t in self.study.get_trials(deepcopy=False) if t.number == trial)
         self.trial = optuna.trial.Trial(self.study, trial_id)
 

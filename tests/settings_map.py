@@ -41,7 +41,6 @@ _INIT = f"{SETTINGS}::test_init_std_and_init_seed_plus_the_run_seed_make_bs_pert
 _FALLBACK = f"{ENGINES}::test_the_fallback_engine_samples_when_vllm_is_installed_nowhere_and_says_so"
 _VLLM_START = f"{SETTINGS}::test_the_vllm_keys_are_what_the_worker_is_started_with"
 _STUDY = f"{SETTINGS}::test_the_optuna_sweepers_keys_set_the_study_it_runs"
-# strict xfail until the pruner settings reach the trials' own pruner (the fix is proposed in its comment)
 _PRUNER = f"{SETTINGS}::test_the_optuna_sweepers_pruner_keys_set_when_a_trial_is_pruned"
 HEALTH = "tests/test_health.py"
 REWARDS = "tests/test_rewards.py"

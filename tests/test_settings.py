@@ -688,11 +688,9 @@ def test_the_optuna_sweepers_keys_set_the_study_it_runs(tmp_path):
     assert trials[0].params["x"] == fresh.ask({"x": optuna.distributions.FloatDistribution(0.0, 6.0)}).params["x"]
 
 
-# A trial's cell prunes through agon.tune.TrialReporter, whose study comes from optuna.load_study with Optuna's
-# default pruner (MedianPruner: 5 startup trials, no warm-up): the sweeper's own pruner, built from these two keys,
-# never decides anything. The fix (proposed, agon/tune.py and the sweeper): store the settings with the study and
-# load it with them. Strict: this fails as soon as the keys work, and the marker must go.
-@pytest.mark.xfail(strict=True, reason="hydra.sweeper.pruner_* do not reach the pruner that the trials consult")
+# A trial's cell prunes through agon.tune.TrialReporter, in its own process, with the study loaded from storage:
+# the sweeper's pruner settings reach it only as the study attribute agon.tune.PRUNER_ATTR (Optuna's default pruner,
+# 5 startup trials and no warm-up, decided alone before that)
 def test_the_optuna_sweepers_pruner_keys_set_when_a_trial_is_pruned(tmp_path):
     """Each trial is worse than all before it. ``pruner_startup_trials=1``: from the second trial on, a trial below
     the median is pruned (the default 2 would spare the second); ``pruner_warmup_steps=1``: never at step 0."""

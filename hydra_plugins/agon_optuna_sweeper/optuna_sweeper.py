@@ -12,7 +12,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 from agon.config import ConfigError
-from agon.tune import distribution, first_value, storage_backend
+from agon.tune import PRUNER_ATTR, distribution, first_value, storage_backend
 
 
 class OptunaSweeper(Sweeper):
@@ -38,10 +38,15 @@ class OptunaSweeper(Sweeper):
         url = self.storage_url or f"sqlite:///{self.sweep_dir / 'optuna.db'}"
         self.storage = url
         startup, warmup = self.pruner_args
-        return optuna.create_study(
+        pruner = {"n_startup_trials": startup, "n_warmup_steps": warmup}
+        study = optuna.create_study(
             study_name=self.study_name or str(self.config.hydra.job.name), storage=storage_backend(url),
             direction=self.direction, load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=self.seed),
-            pruner=optuna.pruners.MedianPruner(n_startup_trials=startup, n_warmup_steps=warmup))
+            pruner=optuna.pruners.MedianPruner(**pruner))
+        # the trials decide pruning in their own processes (agon.tune.TrialReporter), which load the study from
+        # storage: Optuna keeps no pruner there, so the settings travel as a study attribute
+        study.set_user_attr(PRUNER_ATTR, pruner)
+        return study
 
     def _fail_abandoned(self, study: Any) -> None:
         """Trials left running by a worker on this machine that no longer runs: failed, to be asked again."""
