@@ -49,6 +49,17 @@ _REWARD_PRESETS = f"{REWARDS}::test_each_shipped_reward_preset_pays_its_document
 _STAGES = "tests/test_rollout.py::test_each_stage_is_played_by_the_adapter_the_turn_names"
 _EXCHANGE_IN_TRAINING = "tests/test_trainer.py::test_the_exchange_mode_is_what_a_training_challenger_reads"
 _WATCH_CONFIG = f"{HEALTH}::test_the_trainer_watches_with_the_warn_settings_of_its_config"
+TRAINER_KEYS = "tests/test_settings_trainer.py"
+_KNOBS = f"{TRAINER_KEYS}::test_each_scoring_knob_bounds_every_forward_pass_and_leaves_the_update_unchanged"
+_BUDGETS = f"{TRAINER_KEYS}::test_generation_budgets_and_batch_shape_bound_what_training_and_evaluation_sample"
+_CLIP = f"{TRAINER_KEYS}::test_the_clip_the_kl_and_the_loss_type_are_those_of_the_config"
+_ADVANTAGES = f"{TRAINER_KEYS}::test_scale_rewards_and_adv_eps_set_the_advantages_the_gradient_weighs"
+_SCHEDULE = f"{TRAINER_KEYS}::test_eval_every_and_at_start_decide_which_evaluations_a_run_writes"
+_REFERENCE = "tests/test_trainer.py::test_the_update_equals_a_plain_reference"
+_ONE_STEP = "tests/test_trainer.py::test_one_step_moves_both_adapters_and_not_the_base"
+EVAL_PROGRESS = "tests/test_eval_progress.py"
+_INTERIM = f"{EVAL_PROGRESS}::test_interim_evaluations_are_sized_apart_and_every_evaluation_shows_its_progress"
+_EVAL_SIZE = f"{EVAL_PROGRESS}::test_eval_size_by_phase"
 
 # key -> the tests that set it away from its default and observe what it changes
 COMPUTED: dict[str, tuple[str, ...]] = {
@@ -182,6 +193,43 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "trainer.warn_zero_std_ratio": (
         f"{HEALTH}::test_no_signal_is_said_only_when_every_role_lacks_spread", _WATCH_CONFIG),
     "trainer.warn_truncated_ratio": (f"{HEALTH}::test_truncation_in_any_one_role_is_said", _WATCH_CONFIG),
+    # -- the trainer: the update, its batching, its budgets
+    "trainer.max_steps": (_SCHEDULE, "tests/test_run.py::test_an_interrupted_run_resumes_from_its_latest_checkpoint"),
+    "trainer.learning_rate": (_REFERENCE,),
+    "trainer.weight_decay": (
+        f"{TRAINER_KEYS}::test_weight_decay_shrinks_every_lora_weight_by_lr_times_decay_on_top_of_the_same_step",),
+    "trainer.num_generations": (_BUDGETS, _ONE_STEP),
+    "trainer.prompts_per_step": (_BUDGETS, _ONE_STEP),
+    # the performance knobs change how, not what: the test shows each bound obeyed and the update unchanged
+    "trainer.micro_batch_size": (_KNOBS,),
+    "trainer.scoring_batch_tokens": (_KNOBS,),
+    "trainer.generation_batch_tokens": (_BUDGETS,),
+    "trainer.solo_row_tokens": (_KNOBS,),
+    "trainer.logit_chunk_tokens": (_KNOBS,),
+    "trainer.max_new_tokens": (_BUDGETS, f"{HEALTH}::test_a_run_whose_completions_are_all_cut_says_so"),
+    "trainer.loss_type": (_CLIP,),
+    "trainer.scale_rewards": (_ADVANTAGES,),
+    "trainer.adv_eps": (_ADVANTAGES,),
+    "trainer.epsilon": (_CLIP,),
+    "trainer.epsilon_high": (_CLIP,),
+    "trainer.beta": (_CLIP,),
+    "trainer.use_bias_correction_kl": (_CLIP,),
+    "trainer.num_iterations": (_REFERENCE,),
+    "trainer.max_grad_norm": (_REFERENCE,),
+    "trainer.max_bad_steps": (
+        "tests/test_trainer.py::test_non_finite_gradients_skip_the_whole_update_and_then_abort",),
+    "trainer.ddp_timeout": ("tests/test_distributed_backend.py::"
+                            "test_every_collective_of_a_run_is_served_by_the_gpu_group_and_waits_the_configured_timeout",),
+    # -- the evaluation's size and schedule
+    "eval.n_problems": (_INTERIM,),
+    "eval.samples": (_INTERIM,),
+    "eval.every": (_SCHEDULE, _INTERIM),
+    "eval.interim_problems": (_INTERIM, _EVAL_SIZE),
+    "eval.interim_samples": (_INTERIM, _EVAL_SIZE),
+    "eval.generation_batch_tokens": (_BUDGETS,),
+    "eval.at_start": (_SCHEDULE,),
+    "eval.diagnostic": ("tests/test_eval.py::test_a_run_logs_the_diagnostic_at_every_evaluation",),
+    "eval.diagnostic_samples": (f"{TRAINER_KEYS}::test_the_diagnostic_plays_eval_diagnostic_samples_per_problem",),
     "trainer.warn_importance_ratio": (
         f"{HEALTH}::test_a_low_importance_weight_in_either_role_is_said_and_in_neither_is_not", _WATCH_CONFIG),
 }
