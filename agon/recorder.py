@@ -4,8 +4,9 @@ The files are the JSONL records and ``summary.json`` of ``agon.run_files`` (whic
 Lines are flushed and fsynced as they are written, so a crash loses at most the line being written; a torn last
 line is dropped on reopen. On resume every record keeps only what the checkpoint covers, so nothing is logged twice:
 the steps after it go, and so does the final evaluation when the checkpoint is the run's last step (it runs again).
-A run with no checkpoint to resume starts its records over. Loggers (W&B and friends) are looked up by name in
-``LOGGERS``; a logger that fails is switched off with a warning and the local files go on.
+A run with no checkpoint to resume starts its records over. Either way summary.json goes until the run writes it
+again, so a directory never holds a summary of records it no longer has. Loggers (W&B and friends) are looked up by
+name in ``LOGGERS``; a logger that fails is switched off with a warning and the local files go on.
 """
 
 from __future__ import annotations
@@ -89,9 +90,11 @@ class Recorder:
 
     def resume_from(self, step: int, final_redone: bool = False) -> None:
         """Forget the records about to be recomputed: those of steps after ``step`` and, with ``final_redone``, the
-        final evaluation's at ``step``. ``step=-1`` forgets them all (no checkpoint: the run starts over)."""
+        final evaluation's at ``step``. ``step=-1`` forgets them all (no checkpoint: the run starts over). The summary
+        goes too: a run that resumes writes it again, and a stale one would make it look finished after a kill."""
         if not self.enabled:
             return
+        (self.run_dir / run_files.SUMMARY).unlink(missing_ok=True)
 
         def kept(key: str, final: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], bool]:
             return lambda row: row[key] < step or (row[key] == step and not (final_redone and final(row)))

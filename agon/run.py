@@ -116,6 +116,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from agon.methods import get_method
     from agon.preflight import check_engine, check_sources
     from agon.recorder import Recorder, build_logger
+    from agon.trainer import pause_point
 
     validate(cfg)
     check_sources(cfg)
@@ -139,17 +140,21 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         trainer = build_trainer(cfg, run_dir, recorder, ranks, log=print if ranks.is_main else _quiet)
         if resume == "auto" and trainer.resume_latest():
             start = _start_metrics(run_dir)
-        else:  # from step 0: whatever an interrupted start left in the records is done again
+        else:  # from step 0: whatever ran here before goes, its checkpoints first (killed between the two, a run
+            # that had finished keeps its records and summary, and is still finished)
+            trainer.discard_checkpoints()
             recorder.resume_from(-1)
             start = trainer.evaluate("start").metrics if cfg.eval.at_start else {}
         trains = method.trains and cfg.method.train
         if trains:
             trainer.train(progress=cfg.progress and ranks.is_main, on_eval=_trial_reporter(cfg, ranks))
+        # committed before the final evaluation, which moves no weight, only the RNG: a run killed during it runs it
+        # again from the same state, and a run extended later continues as if it had never evaluated
+        if trains and trainer.state.step and trainer.committed_step() != trainer.state.step:
+            trainer.save_checkpoint()
         final = trainer.evaluate("final").metrics
         if ranks.is_main:
             trainer.policies.save_adapters(run_dir / run_files.ADAPTERS)
-        if trains and trainer.state.step:
-            trainer.save_checkpoint()
         summary = {
             **final,
             "eval/accuracy_at_start": start.get("eval/accuracy"),
@@ -172,6 +177,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "git_commit": _git_commit(), "versions": _versions(), "config": to_plain(cfg),
         }
         recorder.write_summary(summary)
+        pause_point("summary", trainer.state.step)
         if ranks.is_main:
             _report(summary)
         exit_code = 0

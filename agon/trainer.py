@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -45,9 +46,20 @@ from agon.role_batch import RoleBatch, in_place, role_batches
 from agon.rollout import Game, play_split
 from agon.tasks import Problem, Task
 
-# the step whose checkpoint write stops half-way, between the adapters and the optimizer state (fault-injection
-# tests only: they SIGKILL the run there)
-PAUSE_IN_CHECKPOINT = "AGON_TEST_PAUSE_IN_CHECKPOINT"
+# fault injection, for tests only: ``AGON_TEST_PAUSE_AT=<point>:<step>`` stops the run at that point of that step,
+# says so on stderr and sleeps, so that a test can SIGKILL it exactly there (``pause_point`` names the points)
+PAUSE_AT = "AGON_TEST_PAUSE_AT"
+PAUSED = "[agon] test pause at"
+
+
+def pause_point(point: str, step: int) -> None:
+    """A place where a test may kill the run (``PAUSE_AT``); one environment lookup otherwise. The points:
+    ``step`` (the step's metrics row written, its rollouts not), ``checkpoint`` (half-way through a checkpoint write:
+    the adapters written, the optimizer state not), ``eval`` (an evaluation's eval rows written, its metrics row not)
+    and ``summary`` (summary.json written, the run not yet closed)."""
+    if os.environ.get(PAUSE_AT) == f"{point}:{step}":
+        print(f"{PAUSED} {point}:{step}", file=sys.stderr, flush=True)
+        time.sleep(3600)
 
 
 class TrainingError(RuntimeError):
@@ -249,6 +261,7 @@ class Trainer:
         if len(self.policies.adapters) > 1:
             metrics["train/divergence"] = self.policies.divergence(*self.policies.adapters[:2])
         self.recorder.log_metrics(metrics, self.state.step)
+        pause_point("step", self.state.step)
         self.recorder.log_rollouts(self._sample_rows(game, rewards, limit=4), self.state.step)
         return metrics
 
@@ -307,6 +320,7 @@ class Trainer:
         result = evaluate(self.policies, self.task, self.cfg, problems, self.state.step, phase, self.ranks,
                           self.engine, samples=samples, progress=progress)
         self.recorder.log_eval_rows(result.rows)
+        pause_point("eval", self.state.step)
         if self.cfg.eval.diagnostic:
             from agon.eval import diagnose
 
@@ -376,8 +390,10 @@ class Trainer:
         return rng
 
     def save_checkpoint(self) -> Path:
-        """Commit ``checkpoints/step_N`` atomically, then point ``checkpoints/latest`` at it, then prune. Every
-        rank calls it (their RNG states are saved too); rank 0 writes."""
+        """Commit ``checkpoints/step_N`` atomically, then point ``checkpoints/latest`` at it, then prune the older
+        ones down to ``keep_checkpoints`` in all (never the new one). Every rank calls it (their RNG states are saved
+        too); rank 0 writes. Not for a step that ``latest`` already names (``committed_step``): replacing that one
+        would leave ``latest`` naming nothing for a moment."""
         self.adapter_digests()
         rngs = self.ranks.gather(self._rng_state())
         root = self.run_dir / "checkpoints"
@@ -387,8 +403,7 @@ class Trainer:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             self.policies.save_adapters(tmp)
-            if os.environ.get(PAUSE_IN_CHECKPOINT) == str(self.state.step):  # fault injection: SIGKILLed in here
-                time.sleep(600)
+            pause_point("checkpoint", self.state.step)
             torch.save({
                 "state": asdict(self.state),
                 "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
@@ -399,25 +414,41 @@ class Trainer:
             latest_tmp = root / ".latest.tmp"
             latest_tmp.write_text(final.name)
             os.replace(latest_tmp, root / "latest")
-            kept = sorted((p for p in root.glob("step_*")), key=lambda p: int(p.name.split("_")[1]))
-            for old in kept[: -self.t.keep_checkpoints]:
+            older = sorted((p for p in root.glob("step_*") if _step_of(p) < self.state.step), key=_step_of)
+            for old in older[: max(len(older) - self.t.keep_checkpoints + 1, 0)]:
                 shutil.rmtree(old, ignore_errors=True)
         self.ranks.barrier()  # nobody reads a checkpoint before it is committed
         self._last_checkpoint = time.time()
         return final
 
+    def committed_step(self) -> int | None:
+        """The step of the checkpoint ``checkpoints/latest`` names (rank 0's view), None when there is none."""
+        latest = self.run_dir / "checkpoints" / "latest"
+        step = _step_of(Path(latest.read_text().strip())) if self.ranks.is_main and latest.exists() else None
+        return self.ranks.share(step)
+
+    def discard_checkpoints(self) -> None:
+        """Remove every checkpoint of the run directory (a run started afresh: they hold another run's state, which
+        ``trainer.resume=auto`` would otherwise resume after a kill, and whose steps the pruning would count)."""
+        if self.ranks.is_main:
+            shutil.rmtree(self.run_dir / "checkpoints", ignore_errors=True)
+        self.ranks.barrier()
+
     def resume_latest(self) -> bool:
         """Restore ``checkpoints/latest`` of the run directory if there is one; True when it did."""
         root = self.run_dir / "checkpoints"
-        if self.ranks.is_main:  # a write that a kill interrupted: never committed, so never read; removed
-            for partial in [*root.glob(".tmp-step_*"), root / ".latest.tmp"]:
+        committed = self.committed_step()
+        # writes a kill interrupted (a temporary directory, or a checkpoint renamed into place before ``latest``
+        # named it): never committed, so never read; removed
+        if self.ranks.is_main:
+            uncommitted = [p for p in root.glob("step_*") if committed is None or _step_of(p) > committed]
+            for partial in [*root.glob(".tmp-step_*"), root / ".latest.tmp", *uncommitted]:
                 shutil.rmtree(partial, ignore_errors=True) if partial.is_dir() else partial.unlink(missing_ok=True)
         self.ranks.barrier()
-        latest = root / "latest"
-        if not latest.exists():
+        if committed is None:
             return False
-        name = latest.read_text().strip()
-        self.load_checkpoint(self.run_dir / "checkpoints" / name)
+        name = f"step_{committed}"
+        self.load_checkpoint(root / name)
         self.log(f"[train] resumed from {name} (step {self.state.step})")
         return True
 
@@ -436,3 +467,8 @@ class Trainer:
             torch.cuda.set_rng_state(rng["cuda"])
         self.state = TrainState(**saved["state"])
         self.recorder.resume_from(self.state.step, final_redone=self.state.step >= self.t.max_steps)
+
+
+def _step_of(checkpoint: Path) -> int:
+    """N of a checkpoint directory ``step_N``."""
+    return int(checkpoint.name.removeprefix("step_"))
