@@ -591,6 +591,8 @@ def validate(cfg: DictConfig) -> None:
         ("eval.generation_batch_tokens", e.generation_batch_tokens),
         ("eval.max_new_tokens", e.max_new_tokens),
         ("model.lora.rank", cfg.model.lora.rank),
+        # the newest checkpoint is the one a resume reads
+        ("trainer.keep_checkpoints", t.keep_checkpoints),
     ):
         if value < (0 if key == "trainer.max_steps" else 1):
             raise ConfigError(f"{key}={value} must be positive")

@@ -40,6 +40,9 @@ def pack_run(run_dir: Path, dest: Path) -> int:
     _gzip_lines(read_jsonl(run_dir / METRICS), dest / f"{METRICS}.gz")
     rows = read_jsonl(run_dir / EVAL)
     final = [r for r in rows if r.get("phase") == "final"] or rows
+    # an extended run keeps the final evaluation of its shorter self: the last one is the run's
+    last = max((r.get("step", 0) for r in final), default=0)
+    final = [r for r in final if r.get("step", 0) == last]
     _gzip_lines(final, dest / f"{EVAL}.gz")
     return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
 

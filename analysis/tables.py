@@ -137,8 +137,8 @@ def final_rows(evals: pd.DataFrame, run: Any) -> pd.DataFrame:
         return rows
     if "phase" in rows and (rows["phase"] == "final").any():
         rows = rows[rows["phase"] == "final"]
-    else:
-        rows = rows[rows["step"] == rows["step"].max()]
+    # an extended run keeps the final evaluation of its shorter self: the last one is the run's
+    rows = rows[rows["step"] == rows["step"].max()]
     rows = rows[rows["stage"] == "final"]
     orders = run.get("headline_orders")
     if not isinstance(orders, (list, tuple)) or not orders:

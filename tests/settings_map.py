@@ -49,6 +49,8 @@ _REWARD_PRESETS = f"{REWARDS}::test_each_shipped_reward_preset_pays_its_document
 _STAGES = "tests/test_rollout.py::test_each_stage_is_played_by_the_adapter_the_turn_names"
 _EXCHANGE_IN_TRAINING = "tests/test_trainer.py::test_the_exchange_mode_is_what_a_training_challenger_reads"
 _WATCH_CONFIG = f"{HEALTH}::test_the_trainer_watches_with_the_warn_settings_of_its_config"
+_PRUNING = ("tests/test_resume.py::"
+            "test_checkpoint_every_writes_every_nth_step_and_keep_checkpoints_prunes_the_oldest_after_the_newest")
 TRAINER_KEYS = "tests/test_settings_trainer.py"
 _KNOBS = f"{TRAINER_KEYS}::test_each_scoring_knob_bounds_every_forward_pass_and_leaves_the_update_unchanged"
 _BUDGETS = f"{TRAINER_KEYS}::test_generation_budgets_and_batch_shape_bound_what_training_and_evaluation_sample"
@@ -220,6 +222,17 @@ COMPUTED: dict[str, tuple[str, ...]] = {
         "tests/test_trainer.py::test_non_finite_gradients_skip_the_whole_update_and_then_abort",),
     "trainer.ddp_timeout": ("tests/test_distributed_backend.py::"
                             "test_every_collective_of_a_run_is_served_by_the_gpu_group_and_waits_the_configured_timeout",),
+    # -- checkpoints and resume: killed at every edge and launched again
+    "trainer.resume": (
+        "tests/test_resume.py::"
+        "test_a_run_killed_at_each_edge_and_launched_again_ends_with_the_records_of_an_uninterrupted_run_each_once",
+        "tests/test_resume.py::"
+        "test_trainer_resume_never_starts_afresh_leaving_no_summary_or_checkpoint_of_the_run_before_to_resume"),
+    "trainer.checkpoint_every": (_PRUNING,),
+    "trainer.checkpoint_minutes": (
+        "tests/test_resume.py::"
+        "test_checkpoint_minutes_checkpoints_when_that_long_passed_and_zero_never_by_the_clock",),
+    "trainer.keep_checkpoints": (_PRUNING,),
     # -- the evaluation's size and schedule
     "eval.n_problems": (_INTERIM,),
     "eval.samples": (_INTERIM,),
@@ -235,7 +248,21 @@ COMPUTED: dict[str, tuple[str, ...]] = {
 }
 
 # (key, test) -> why that test observes the key although its source does not spell the key's last component
-UNNAMED: dict[tuple[str, str], str] = {}
+UNNAMED: dict[tuple[str, str], str] = {
+    **{(f"reward.{w}", test): "the module's WEIGHTS set every weight of every mode, each a power of two apart, and "
+                              "TABLE is the payout worked out by hand from them"
+       for w in ("correct_weight", "conversion_bonus", "length_tiebreak", "team_weight", "format_weight")
+       for test in (_REWARD_TABLE, _REWARD_PRESETS)},
+    ("rotation.mode", "tests/test_trainer.py::test_rotation_schedule"):
+        "calls the method's turn with each value of rotation.mode, as Trainer.step does",
+    **{(f"trainer.{key}", f"{HEALTH}::{test}"): "sets the LearningWatch argument the trainer passes this key "
+                                                 "to (its name without warn_)"
+       for key, test in (
+           ("warn_after_steps", "test_after_one_step_a_cause_is_said_at_once"),
+           ("warn_importance_ratio", "test_a_low_importance_weight_in_either_role_is_said_and_in_neither_is_not"),
+           ("warn_truncated_ratio", "test_truncation_in_any_one_role_is_said"),
+           ("warn_zero_std_ratio", "test_no_signal_is_said_only_when_every_role_lacks_spread"))},
+}
 
 # key -> why it changes nothing a run computes
 NOT_COMPUTED: dict[str, str] = {
@@ -260,30 +287,10 @@ NOT_COMPUTED: dict[str, str] = {
 # keys mapped by other engineers' work in progress (issue 25): the lead moves each into COMPUTED from their reports.
 # The meta-test fails while any is left here.
 PENDING: set[str] = {
-    # sampling (the model card's settings; trainer.* and eval.* interpolate them)
-    "model.temperature", "model.top_p", "model.top_k",
-    # the trainer
-    "trainer.max_steps", "trainer.learning_rate", "trainer.weight_decay", "trainer.num_generations",
-    "trainer.prompts_per_step", "trainer.micro_batch_size", "trainer.scoring_batch_tokens",
-    "trainer.generation_batch_tokens", "trainer.solo_row_tokens", "trainer.logit_chunk_tokens",
-    "trainer.max_new_tokens", "trainer.temperature", "trainer.top_p", "trainer.top_k", "trainer.loss_type",
-    "trainer.scale_rewards", "trainer.adv_eps", "trainer.epsilon", "trainer.epsilon_high", "trainer.beta",
-    "trainer.use_bias_correction_kl", "trainer.num_iterations", "trainer.max_grad_norm", "trainer.checkpoint_every",
-    "trainer.checkpoint_minutes", "trainer.keep_checkpoints", "trainer.resume", "trainer.max_bad_steps",
+    "model.temperature", "model.top_p", "model.top_k", "trainer.temperature", "trainer.top_p", "trainer.top_k",
+    "eval.temperature", "eval.top_p", "eval.top_k", "eval.max_new_tokens",
     "trainer.vllm_importance_sampling_correction", "trainer.vllm_importance_sampling_mode",
     "trainer.vllm_importance_sampling_clip_max", "trainer.vllm_importance_sampling_clip_min",
-    "trainer.warn_after_steps", "trainer.warn_zero_std_ratio", "trainer.warn_truncated_ratio",
-    "trainer.warn_importance_ratio", "trainer.ddp_timeout",
-    # the evaluation
-    "eval.n_problems", "eval.samples", "eval.every", "eval.interim_problems", "eval.interim_samples",
-    "eval.max_new_tokens", "eval.temperature", "eval.top_p", "eval.top_k", "eval.generation_batch_tokens",
-    "eval.at_start", "eval.diagnostic", "eval.diagnostic_samples",
-    # the reward
-    "reward.name", "reward.correct_weight", "reward.conversion_bonus", "reward.length_tiebreak", "reward.team_weight",
-    "reward.format_weight",
-    # the game's axes (evaluation path seen by tests/test_cascade.py::test_evaluate_on_a_tiny_model_is_summarise_of_
-    # its_games for exchange.mode; the training path, trainer.py's play call, by none yet)
-    "exchange.mode", "rotation.mode",
 }
 
 

@@ -67,6 +67,7 @@ def test_wrong_type_names_the_key():
     (["exchange.mode=shouted"], "exchange.mode"),
     (["trainer.temperature=0"], "trainer.temperature"),
     (["eval.samples=0"], "eval.samples"),
+    (["trainer.keep_checkpoints=0"], "trainer.keep_checkpoints"),
     (["task.challenge_template=no recap here"], "task.challenge_template"),
 ])
 def test_cross_field_mistakes_name_the_full_key(overrides, key):
