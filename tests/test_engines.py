@@ -198,6 +198,69 @@ def test_the_trainer_measures_the_sampler_mismatch_and_corrects_for_it(step_cfg,
     assert (policies.digest() != before) == moves
 
 
+@ENGINES.register("hf_banded_for_test")
+class BandedEngine(HFEngine):
+    """hf's completions, reporting as the sampler's log-probs the trainer's own shifted on every token of row i by
+    ``SHIFTS[i % 3]``: the trainer-to-sampler ratio is e^-0.5 = 0.61 per token on rows 0, 3, ... (below any bound
+    above 0.61), e^0.5 = 1.65 on rows 1, 4, ... (above), 1 on rows 2, 5, ...; ``lengths`` keeps each call's rows'
+    token counts, from which each mode's weights follow by hand."""
+
+    SHIFTS = (0.5, -0.5, 0.0)
+    lengths: list[list[int]] = []
+
+    def sample(self, prompts, adapter, sampling, on_sampled=None) -> list[Completion]:
+        out = super().sample(prompts, adapter, sampling, on_sampled)
+        batch = self.policies.batch_tensors(prompts, out)
+        with torch.no_grad(), self.policies.use_adapter(adapter):
+            logps = self.policies.token_logps(batch, None, sampling.temperature)
+        BandedEngine.lengths.append([c.n_tokens for c in out])
+        return [dataclasses.replace(c, logps=tuple((logps[i, : c.n_tokens] + self.SHIFTS[i % 3]).tolist()))
+                for i, c in enumerate(out)]
+
+
+# the bounds, and each band's weight (ratio 0.61, 1.65, 1) under each mode, by hand: truncated to the bound it
+# crosses, or left out of the loss
+CLIP_MIN, CLIP_MAX = 0.8, 1.25
+BY_HAND = {"token_truncate": (0.8, 1.25, 1.0), "token_mask": (0.0, 0.0, 1.0),
+           "sequence_truncate": (0.8, 1.25, 1.0), "sequence_mask": (0.0, 0.0, 1.0)}
+
+
+@pytest.mark.parametrize("mode", [*BY_HAND, "off"])
+def test_each_correction_mode_bounds_the_weights_by_clip_min_and_clip_max_as_worked_out_by_hand(
+        step_cfg, tiny_base, tmp_path, mode):
+    """One band of rows below clip_min, one above clip_max, one inside, per token and per sequence: the weights of
+    each mode are its own by-hand values (token modes averaged over tokens, sequence modes over rows), so the bounds
+    passed swapped (clamp(min=1.25, max=0.8) is 0.8 everywhere; a mask between them drops every row), either bound
+    dropped (a weight of 0.61 or 1.65 appears) or another mode all change them. ``off``
+    (vllm_importance_sampling_correction=false): the mismatch is still measured, and no weight is applied."""
+    for key, value in [("generation.engine", "hf_banded_for_test"), ("trainer.prompts_per_step", 4),
+                       ("trainer.num_generations", 3), ("trainer.vllm_importance_sampling_clip_min", CLIP_MIN),
+                       ("trainer.vllm_importance_sampling_clip_max", CLIP_MAX),
+                       ("trainer.vllm_importance_sampling_mode", "token_truncate" if mode == "off" else mode),
+                       ("trainer.vllm_importance_sampling_correction", mode != "off")]:
+        OmegaConf.update(step_cfg, key, value)
+    BandedEngine.lengths.clear()
+    trainer = Trainer(step_cfg, _fresh_policies(tiny_base), build_task(step_cfg.task), Recorder(tmp_path), tmp_path,
+                      log=lambda *_: None)
+    m = trainer.step()
+    # one call per role, the drafter's first, each with rows of all three bands
+    assert len(BandedEngine.lengths) == 2 and all(len(n) == 12 for n in BandedEngine.lengths)
+    for role, lengths in zip(("drafter", "challenger"), BandedEngine.lengths):
+        stats = {k.split("/", 3)[-1]: v for k, v in m.items() if k.startswith(f"role/{role}/sampling/")}
+        assert stats["sampling_logp_difference/max"] == pytest.approx(0.5, abs=1e-4)
+        if mode == "off":
+            assert not any(k.startswith("importance_sampling_ratio") for k in stats)
+            continue
+        weights = BY_HAND[mode]
+        if mode.startswith("token"):  # one weight per token
+            mean = sum(n * weights[i % 3] for i, n in enumerate(lengths)) / sum(lengths)
+        else:  # one weight per row
+            mean = sum(weights[i % 3] for i in range(len(lengths))) / len(lengths)
+        assert stats["importance_sampling_ratio/mean"] == pytest.approx(mean, abs=1e-4)
+        assert stats["importance_sampling_ratio/min"] == pytest.approx(min(weights), abs=1e-4)
+        assert stats["importance_sampling_ratio/max"] == pytest.approx(max(weights), abs=1e-4)
+
+
 def test_role_batches_carry_the_engines_log_probs_only_when_every_row_has_them(tiny_base):
     from agon.rewards import RoleRewards
     from agon.rollout import Attempt, Game, Round
@@ -220,60 +283,138 @@ def test_role_batches_carry_the_engines_log_probs_only_when_every_row_has_them(t
     assert batch.sampler_logps is None
 
 
-def _outside_kept_set(policies: Policies, prompts, completions, adapter, temperature, top_k, top_p) -> int:
-    """How many sampled tokens fall outside the set a top-k then top-p sampler keeps, judged from the model's own
-    distribution at ``temperature`` (one forward pass over prompt and completion, not agon's scoring): a token is
-    kept when fewer than ``top_k`` tokens are more likely, and the renormalised mass of the kept tokens more likely
-    than it is below ``top_p``."""
+# Sampling observed, not assumed: each setting on its own, so that an engine that drops top-k, drops top-p, truncates
+# before it applies the temperature, or ignores the temperature samples tokens these checks see.
+KEPT_TEMPERATURE = 0.7
+# (top_k, top_p): top-k alone, top-p alone, and both (top-k first, then top-p over what it kept)
+KEPT_SETS = {"top_k": (2, 1.0), "top_p": (0, 0.6), "top_k_top_p": (3, 0.7)}
+
+
+def _next_token_logits(policies: Policies, prompts, completions, adapter) -> tuple[torch.Tensor, ...]:
+    """(logits [B, T, V] float64 before temperature, completion ids [B, T], mask [B, T] bool): the model's own
+    next-token logits at every completion position, from one plain forward pass over prompt and completion (not
+    agon's scoring). The test world's vocabulary has about a hundred tokens, so [B, T, V] is a few MB."""
     batch = policies.batch_tensors(prompts, completions)
     ids = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
     attn = torch.cat([batch.prompt_mask, batch.completion_mask], 1)
     with torch.no_grad(), policies.use_adapter(adapter):
         logits = policies.model(input_ids=ids, attention_mask=attn,
                                 position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
-    probs = (logits[:, batch.prompt_ids.size(1) - 1 : -1].double() / temperature).softmax(-1)  # [B, T, V]
-    chosen = probs.gather(-1, batch.completion_ids.unsqueeze(-1))  # [B, T, 1]
-    above = probs > chosen
+    return (logits[:, batch.prompt_ids.size(1) - 1 : -1].double(), batch.completion_ids,
+            batch.completion_mask.bool())
+
+
+def _more_likely(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every token of ``probs`` [..., V]: how many tokens are strictly more likely, and their total probability
+    (a tie counts as neither)."""
+    ascending = probs.sort(-1).values
+    at_most = torch.searchsorted(ascending, probs.contiguous(), right=True)  # tokens as likely or less
+    mass = torch.nn.functional.pad(ascending.cumsum(-1), (1, 0))
+    return probs.size(-1) - at_most, mass[..., -1:] - mass.gather(-1, at_most)
+
+
+def _kept_set(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """[..., V] bool: the tokens a top-k then top-p sampler keeps from ``probs`` (after temperature), the rule
+    transformers and vLLM sample by, written here apart from ``agon.scoring``: fewer than ``top_k`` tokens more likely
+    (0: every token), and then, renormalised over what top-k kept, less than ``top_p`` of the mass on more likely
+    tokens."""
+    kept = torch.ones_like(probs, dtype=torch.bool)
     if top_k:
-        kept_by_k = (probs >= probs.topk(top_k, -1).values[..., -1:])
-        probs = probs * kept_by_k / (probs * kept_by_k).sum(-1, keepdim=True)
-        above &= kept_by_k
-        outside_k = above.sum(-1) >= top_k
-    else:
-        outside_k = torch.zeros_like(chosen[..., 0], dtype=torch.bool)
-    outside_p = (probs * above).sum(-1) >= top_p
-    return int(((outside_k | outside_p) & batch.completion_mask.bool()).sum())
+        kept = _more_likely(probs)[0] < top_k
+        probs = probs * kept / (probs * kept).sum(-1, keepdim=True)
+    return kept & (_more_likely(probs)[1] < top_p)
 
 
-def _sampled_inside_the_kept_set(engine, policies: Policies, prompts, adapter) -> list[Completion]:
-    """``engine``'s completions at temperature 0.8, top_k=3, top_p=0.7, after asserting that none of their tokens
-    falls outside the kept set, and that the same check finds tokens outside it at full support (it can fail)."""
-    truncated = engine.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8, top_k=3, top_p=0.7))
-    assert sum(c.n_tokens for c in truncated) > 300
-    assert _outside_kept_set(policies, prompts, truncated, adapter, 0.8, 3, 0.7) == 0
-    full = engine.sample(prompts, adapter, Sampling(max_new_tokens=24, temperature=0.8))
-    assert _outside_kept_set(policies, prompts, full, adapter, 0.8, 3, 0.7) > 20
-    return truncated
+def _outside(logits, ids, mask, temperature: float, top_k: int, top_p: float) -> int:
+    """How many sampled tokens fall outside the kept set of the model's distribution at ``temperature``."""
+    kept = _kept_set((logits / temperature).softmax(-1), top_k, top_p)
+    return int((~kept.gather(-1, ids.unsqueeze(-1)).squeeze(-1) & mask).sum())
+
+
+def _outside_if_truncated_before_the_temperature(logits, mask, temperature: float, top_k: int, top_p: float) -> float:
+    """The tokens a sampler that truncated at temperature 1 and applied ``temperature`` after would be expected to put
+    outside the kept set, summed over these positions: below 1 the temperature sharpens the distribution, so top-p
+    keeps fewer tokens than at 1, and that sampler draws the extra ones with their share of its kept mass."""
+    probs = (logits / temperature).softmax(-1)
+    right, wrong = _kept_set(probs, top_k, top_p), _kept_set(logits.softmax(-1), top_k, top_p)
+    drawn = probs * wrong / (probs * wrong).sum(-1, keepdim=True)
+    return float((drawn * (wrong & ~right)).sum(-1)[mask].sum())
+
+
+def _sampled_inside_the_kept_sets(engine, policies: Policies, prompts) -> dict[str, list[Completion]]:
+    """``engine``'s completions with adapter A for each of ``KEPT_SETS`` at ``KEPT_TEMPERATURE``, after asserting
+    that none of their tokens falls outside its kept set, and that the check can fail for every way of getting it
+    wrong: completions sampled at full support (an engine that dropped that setting's only truncation) have dozens of
+    tokens outside each set, and where top-p truncates, a sampler that truncated before the temperature would put
+    more than 10 outside."""
+    full = _next_token_logits(policies, prompts, engine.sample(prompts, "A", Sampling(24, KEPT_TEMPERATURE)), "A")
+    out = {}
+    for name, (top_k, top_p) in KEPT_SETS.items():
+        sampled = engine.sample(prompts, "A", Sampling(24, KEPT_TEMPERATURE, top_p=top_p, top_k=top_k))
+        logits, ids, mask = _next_token_logits(policies, prompts, sampled, "A")
+        assert int(mask.sum()) > 300, name
+        assert _outside(logits, ids, mask, KEPT_TEMPERATURE, top_k, top_p) == 0, name
+        assert _outside(*full, KEPT_TEMPERATURE, top_k, top_p) > 20, name
+        if top_p < 1:
+            assert _outside_if_truncated_before_the_temperature(logits, mask, KEPT_TEMPERATURE, top_k, top_p) > 10
+        out[name] = sampled
+    return out
+
+
+def _temperature_z(logits, ids, mask, temperature: float) -> float:
+    """How far the sampled tokens sit from draws of the model's distribution at ``temperature``, in standard
+    deviations: the sum over positions of log p(sampled token) minus its expectation (the negative entropy), over the
+    square root of the summed variances of log p. Each term has mean 0 given the tokens before it, so the sum is a
+    martingale and the ratio is about standard normal when the engine samples at ``temperature``. A hotter sampler
+    draws less likely tokens (negative), a colder one more likely ones (positive)."""
+    logp = (logits / temperature).log_softmax(-1)
+    mean = (logp.exp() * logp).sum(-1)
+    var = (logp.exp() * logp**2).sum(-1) - mean**2
+    got = logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    return float((got - mean)[mask].sum() / var[mask].sum().sqrt())
+
+
+def _sampled_at_the_temperature(engine, policies: Policies, prompts) -> None:
+    """Full-support completions of adapter A at ``KEPT_TEMPERATURE`` are draws of the model's own distribution at
+    that temperature (|z| < 4); completions sampled at 1.0, what an engine that ignores the temperature draws, are
+    not (z < -8: about -18 on the test world)."""
+    at = engine.sample(prompts, "A", Sampling(24, KEPT_TEMPERATURE))
+    logits, ids, mask = _next_token_logits(policies, prompts, at, "A")
+    assert int(mask.sum()) > 300
+    assert abs(_temperature_z(logits, ids, mask, KEPT_TEMPERATURE)) < 4
+    hot = engine.sample(prompts, "A", Sampling(24, 1.0))
+    assert _temperature_z(*_next_token_logits(policies, prompts, hot, "A"), KEPT_TEMPERATURE) < -8
 
 
 @pytest.mark.parametrize("engine", ["hf", "hf_continuous"])
 def test_sampled_tokens_stay_inside_the_top_k_top_p_set_and_the_trainer_scores_that_distribution(
         tiny_base, engine):
-    """At top_k=3, top_p=0.7 no sampled token falls outside the kept set (the check finds hundreds outside at
-    top_k=0, top_p=1, so it can fail), and the trainer's log-probs are those of the truncated distribution: they
-    exceed the full softmax's by log(1 / kept mass) and are the same whichever engine sampled."""
+    """At top-k alone, top-p alone and both, no sampled token falls outside the kept set (and the check can fail:
+    ``_sampled_inside_the_kept_sets``); adapter B too at both. The trainer's log-probs are those of the truncated
+    distribution: they exceed the full softmax's by log(1 / kept mass)."""
     cfg, _ = tiny_base
     policies = _fresh_policies(tiny_base, 0.3)
     prompts = _prompts(cfg, policies, 24) * 2
     sampler = build_engine(compose_config(TEST_WORLD + [f"generation.engine={engine}"]), policies)
-    for adapter in ("A", "B"):
-        truncated = _sampled_inside_the_kept_set(sampler, policies, prompts, adapter)
-        batch = policies.batch_tensors(prompts, truncated)
+    top_k, top_p = KEPT_SETS["top_k_top_p"]
+    truncated = {"A": _sampled_inside_the_kept_sets(sampler, policies, prompts)["top_k_top_p"],
+                 "B": sampler.sample(prompts, "B", Sampling(24, KEPT_TEMPERATURE, top_p=top_p, top_k=top_k))}
+    assert _outside(*_next_token_logits(policies, prompts, truncated["B"], "B"), KEPT_TEMPERATURE, top_k, top_p) == 0
+    for adapter, completions in truncated.items():
+        batch = policies.batch_tensors(prompts, completions)
         with torch.no_grad(), policies.use_adapter(adapter):
-            kept = policies.token_logps(batch, None, 0.8, 512, 3, 0.7)
-            whole = policies.token_logps(batch, None, 0.8)
+            kept = policies.token_logps(batch, None, KEPT_TEMPERATURE, 512, top_k, top_p)
+            whole = policies.token_logps(batch, None, KEPT_TEMPERATURE)
         mask = batch.completion_mask.bool()
         assert bool((kept[mask] >= whole[mask] - 1e-6).all()) and float((kept - whole)[mask].mean()) > 1e-2
+
+
+@pytest.mark.parametrize("engine", ["hf", "hf_continuous"])
+def test_sampled_tokens_are_draws_of_the_models_own_distribution_at_the_sampling_temperature(tiny_base, engine):
+    cfg, _ = tiny_base
+    policies = _fresh_policies(tiny_base, 0.3)
+    sampler = build_engine(compose_config(TEST_WORLD + [f"generation.engine={engine}"]), policies)
+    _sampled_at_the_temperature(sampler, policies, _prompts(cfg, policies, 24) * 2)
 
 
 # -- with vLLM ------------------------------------------------------------------------------------------------------
@@ -441,10 +582,19 @@ def test_vllm_with_top_k_top_p_in_training_keeps_the_weights_at_one_and_the_grad
 
 @pytest.mark.vllm(seconds=300)
 def test_vllm_samples_stay_inside_the_top_k_top_p_set(served, bounded):
+    """As hf's: top-k alone, top-p alone and both, each able to fail (``_sampled_inside_the_kept_sets``); B at both."""
     cfg, policies, engine = served
     prompts = _prompts(cfg, policies, 24) * 2
-    for adapter in ("A", "B"):
-        _sampled_inside_the_kept_set(engine, policies, prompts, adapter)
+    _sampled_inside_the_kept_sets(engine, policies, prompts)
+    top_k, top_p = KEPT_SETS["top_k_top_p"]
+    b = engine.sample(prompts, "B", Sampling(24, KEPT_TEMPERATURE, top_p=top_p, top_k=top_k))
+    assert _outside(*_next_token_logits(policies, prompts, b, "B"), KEPT_TEMPERATURE, top_k, top_p) == 0
+
+
+@pytest.mark.vllm(seconds=300)
+def test_vllm_samples_are_draws_of_the_models_own_distribution_at_the_sampling_temperature(served, bounded):
+    cfg, policies, engine = served
+    _sampled_at_the_temperature(engine, policies, _prompts(cfg, policies, 24) * 2)
 
 
 @pytest.mark.vllm(seconds=180)

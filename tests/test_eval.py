@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from agon.engines import Engine
+from agon.engines import Engine, Sampling
 from agon.eval import RECAP_CONDITIONS, diagnose
 from agon.policies import Completion
 from agon.run import run
@@ -66,6 +66,30 @@ def test_under_the_hidden_exchange_crossplay_answers_alone_and_the_recap_is_stil
     for drafter in ("A", "B", "base"):
         assert (got[f"crossplay/{drafter}>A"], got[f"crossplay/{drafter}>B"]) == (1.0, 0.0)
     assert got["recap/B/rival"] == 1.0 and got["recap/B/correct"] == 1.0
+
+
+class RecordingEngine(TrustingEngine):
+    """The scripted sampler, keeping the ``Sampling`` of every call."""
+
+    def __init__(self, policies, task):
+        super().__init__(policies, task)
+        self.settings = []
+
+    def sample(self, prompts, adapter, sampling, on_sampled=None):
+        self.settings.append(sampling)
+        return super().sample(prompts, adapter, sampling, on_sampled)
+
+
+def test_the_diagnostic_samples_with_the_eval_settings_not_the_trainers(policies):
+    """Every call of the cross-play and the recap probes is handed eval.*, set apart from trainer.* in every key."""
+    cfg = compose_config(TEST_WORLD + ["eval.temperature=0.5", "eval.top_p=0.8", "eval.top_k=3",
+                                       "eval.max_new_tokens=9", "eval.generation_batch_tokens=4096",
+                                       "trainer.temperature=0.9", "trainer.top_p=0.95", "trainer.top_k=6",
+                                       "trainer.max_new_tokens=40", "trainer.generation_batch_tokens=8192"])
+    task = build_task(cfg.task)
+    engine = RecordingEngine(policies, task)
+    diagnose(policies, task, cfg, list(task.heldout_problems())[:2], engine)
+    assert len(engine.settings) > 10 and set(engine.settings) == {Sampling(9, 0.5, 0.8, 3, 4096)}
 
 
 def test_a_run_logs_the_diagnostic_at_every_evaluation(small_cfg, tmp_path):
