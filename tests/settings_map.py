@@ -51,6 +51,15 @@ _EXCHANGE_IN_TRAINING = "tests/test_trainer.py::test_the_exchange_mode_is_what_a
 _WATCH_CONFIG = f"{HEALTH}::test_the_trainer_watches_with_the_warn_settings_of_its_config"
 _PRUNING = ("tests/test_resume.py::"
             "test_checkpoint_every_writes_every_nth_step_and_keep_checkpoints_prunes_the_oldest_after_the_newest")
+SAMPLING = "tests/test_sampling_settings.py"
+_CARD = f"{SAMPLING}::test_the_model_cards_sampling_reaches_trainer_and_eval_and_each_can_be_set_apart"
+_APART = f"{SAMPLING}::test_training_samples_with_trainer_settings_and_evaluation_with_eval_settings"
+_KEPT_SET = f"{ENGINES}::test_sampled_tokens_stay_inside_the_top_k_top_p_set_and_the_trainer_scores_that_distribution"
+_TEMPERATURE = (f"{ENGINES}::"
+                "test_sampled_tokens_are_draws_of_the_models_own_distribution_at_the_sampling_temperature")
+_CORRECTION = (f"{ENGINES}::"
+               "test_each_correction_mode_bounds_the_weights_by_clip_min_and_clip_max_as_worked_out_by_hand")
+_DIAGNOSTIC_SAMPLING = "tests/test_eval.py::test_the_diagnostic_samples_with_the_eval_settings_not_the_trainers"
 TRAINER_KEYS = "tests/test_settings_trainer.py"
 _KNOBS = f"{TRAINER_KEYS}::test_each_scoring_knob_bounds_every_forward_pass_and_leaves_the_update_unchanged"
 _BUDGETS = f"{TRAINER_KEYS}::test_generation_budgets_and_batch_shape_bound_what_training_and_evaluation_sample"
@@ -195,6 +204,23 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "trainer.warn_zero_std_ratio": (
         f"{HEALTH}::test_no_signal_is_said_only_when_every_role_lacks_spread", _WATCH_CONFIG),
     "trainer.warn_truncated_ratio": (f"{HEALTH}::test_truncation_in_any_one_role_is_said", _WATCH_CONFIG),
+    # -- sampling: the model card's settings flow to trainer.* and eval.*, each set apart is what its phase samples
+    # with, and the engines draw from the model's own distribution, truncated and tempered as asked
+    "model.temperature": (_CARD,),
+    "model.top_p": (_CARD,),
+    "model.top_k": (_CARD,),
+    "trainer.temperature": (_APART, _TEMPERATURE),
+    "trainer.top_p": (_APART, _KEPT_SET),
+    "trainer.top_k": (_APART, _KEPT_SET),
+    "eval.temperature": (_APART, _DIAGNOSTIC_SAMPLING),
+    "eval.top_p": (_APART, _DIAGNOSTIC_SAMPLING),
+    "eval.top_k": (_APART, _DIAGNOSTIC_SAMPLING),
+    "eval.max_new_tokens": (_APART, _DIAGNOSTIC_SAMPLING),
+    # -- the sampler-mismatch correction (vLLM's log-probs): every mode with both bounds binding
+    "trainer.vllm_importance_sampling_correction": (_CORRECTION,),
+    "trainer.vllm_importance_sampling_mode": (_CORRECTION,),
+    "trainer.vllm_importance_sampling_clip_max": (_CORRECTION,),
+    "trainer.vllm_importance_sampling_clip_min": (_CORRECTION,),
     # -- the trainer: the update, its batching, its budgets
     "trainer.max_steps": (_SCHEDULE, "tests/test_run.py::test_an_interrupted_run_resumes_from_its_latest_checkpoint"),
     "trainer.learning_rate": (_REFERENCE,),
@@ -253,6 +279,9 @@ UNNAMED: dict[tuple[str, str], str] = {
                               "TABLE is the payout worked out by hand from them"
        for w in ("correct_weight", "conversion_bonus", "length_tiebreak", "team_weight", "format_weight")
        for test in (_REWARD_TABLE, _REWARD_PRESETS)},
+    **{(key, _APART): "the test sets trainer.<key> and eval.<key> for each key of KEYS from the "
+                      "module's TRAIN and EVAL Sampling, two values apart"
+       for key in ("trainer.temperature", "trainer.top_p", "eval.temperature", "eval.top_p")},
     ("rotation.mode", "tests/test_trainer.py::test_rotation_schedule"):
         "calls the method's turn with each value of rotation.mode, as Trainer.step does",
     **{(f"trainer.{key}", f"{HEALTH}::{test}"): "sets the LearningWatch argument the trainer passes this key "
@@ -284,14 +313,8 @@ NOT_COMPUTED: dict[str, str] = {
                               "sweeper test runs through it",
 }
 
-# keys mapped by other engineers' work in progress (issue 25): the lead moves each into COMPUTED from their reports.
-# The meta-test fails while any is left here.
-PENDING: set[str] = {
-    "model.temperature", "model.top_p", "model.top_k", "trainer.temperature", "trainer.top_p", "trainer.top_k",
-    "eval.temperature", "eval.top_p", "eval.top_k", "eval.max_new_tokens",
-    "trainer.vllm_importance_sampling_correction", "trainer.vllm_importance_sampling_mode",
-    "trainer.vllm_importance_sampling_clip_max", "trainer.vllm_importance_sampling_clip_min",
-}
+# keys whose test is still to be written; the meta-test fails while any is left here
+PENDING: set[str] = set()
 
 
 def summary() -> str:
