@@ -1,10 +1,13 @@
 """Optuna studies through agon's Hydra sweeper (``hydra/sweeper=optuna``): search spaces, a study killed and
-launched again, two workers on one storage, failing trials, bad keys, and every sweep file composing."""
+launched again, two workers on one storage, failing trials, bad keys, and every sweep file composing.
+
+No test races a study: a worker is killed where its trial stopped (``AGON_TEST_PAUSE_AT``), and every wait is for a
+line or a state in the study's storage, with deadlines far beyond what a launch takes on a busy machine.
+"""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,14 +17,26 @@ import optuna
 import pytest
 
 from agon.config import ConfigError
+from agon.trainer import PAUSED
 from agon.tune import distribution, first_value
-from tests.test_resume import FAST, ROOT, agon, finish
+from tests.test_resume import FAST, FINISH_S, REACH_S, ROOT, Launch, paused_at
 
 SWEEPS = ROOT / "sweeps"
-STUDY = ["--config-dir", str(SWEEPS), "--config-name", "tune_reward", *FAST, "trainer.max_steps=2",
-         "eval.every=1", "hydra.sweeper.n_jobs=1"]
+STUDY = ["--config-dir", str(SWEEPS), "--config-name", "tune_reward", *FAST, "eval.at_start=false",
+         "trainer.max_steps=2", "eval.every=1", "hydra.sweeper.n_jobs=1"]
 COMPLETE, RUNNING, FAIL = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING,
                            optuna.trial.TrialState.FAIL)
+# a trial stops after the metrics row of its first step, until it is killed
+IN_A_TRIAL = "step:1"
+
+
+def reach(launch: Launch, line: str) -> None:
+    """Wait until the launch has written ``line``, running all the while."""
+    deadline = time.monotonic() + REACH_S
+    while line not in launch.output():
+        assert launch.proc.poll() is None, f"the launch ended first: {launch.output()[-3000:]}"
+        assert time.monotonic() < deadline, f"the launch never wrote {line!r}: {launch.output()[-3000:]}"
+        time.sleep(0.05)
 
 
 def load(storage: str) -> optuna.Study:
@@ -42,19 +57,16 @@ def test_search_space_entries():
 def test_a_study_killed_during_its_second_trial_and_launched_again_ends_with_three_trials_the_first_kept(
         agon_cache, tmp_path):
     sweep = tmp_path / "study"
-    command = STUDY + ["hydra.sweeper.n_trials=3", f"hydra.sweeper.storage=sqlite:///{sweep}/optuna.db",
-                       f"hydra.sweep.dir={sweep}"]
     storage = f"sqlite:///{sweep}/optuna.db"
-    proc = agon(command, agon_cache)
-    deadline = time.monotonic() + 300
-    while next(sweep.glob("1_*"), None) is None:  # the second trial's cell has started
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-2000:]
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
-    first, second = load(storage).get_trials()[:2]
+    study = STUDY + [f"hydra.sweeper.storage={storage}", f"hydra.sweep.dir={sweep}"]
+    command = study + ["hydra.sweeper.n_trials=3"]
+    # the first trial finished (by a launch that asked for one), then the second stopped in its first step and was
+    # killed there: no race between the kill and the end of that trial
+    Launch(study + ["hydra.sweeper.n_trials=1"], agon_cache, tmp_path / "first.log").finish()
+    Launch(command, agon_cache, tmp_path / "killed.log", env=paused_at(IN_A_TRIAL)).kill_at(IN_A_TRIAL)
+    first, second = load(storage).get_trials()
     assert (first.state, second.state) == (COMPLETE, RUNNING)
-    finish(agon(command, agon_cache), timeout=600)
+    Launch(command, agon_cache, tmp_path / "again.log").finish()
     trials = load(storage).get_trials()
     complete = [t for t in trials if t.state == COMPLETE]
     assert len(complete) == 3
@@ -67,18 +79,29 @@ def test_a_study_killed_during_its_second_trial_and_launched_again_ends_with_thr
     assert (sweep / "optuna" / "importance.png").exists()
 
 
-def test_two_workers_on_one_storage_run_disjoint_trials(agon_cache, tmp_path):
+def test_two_workers_on_one_storage_run_disjoint_trials_and_neither_takes_or_fails_one_the_other_holds(
+        agon_cache, tmp_path):
+    """The first worker holds its trial (stopped in it) while the second runs the whole study, so both surely ran
+    trials whatever the machine's speed: the second never runs that trial again, and does not fail it either, since
+    its worker still lives."""
     journal = tmp_path / "journal.log"
-    procs = [agon(STUDY + ["hydra.sweeper.n_trials=4", f"hydra.sweeper.storage=journal:{journal}",
-                           f"hydra.sweep.dir={tmp_path / f'worker{i}'}"], agon_cache) for i in range(2)]
-    for p in procs:
-        finish(p, timeout=600)
-    trials = load(f"journal:{journal}").get_trials()
-    by_worker: dict[str, set[int]] = {}
+    command = STUDY + ["hydra.sweeper.n_trials=3", f"hydra.sweeper.storage=journal:{journal}"]
+    holder = Launch([*command, f"hydra.sweep.dir={tmp_path / 'worker0'}"], agon_cache, tmp_path / "worker0.log",
+                    env=paused_at(IN_A_TRIAL))
+    try:
+        reach(holder, f"{PAUSED} {IN_A_TRIAL}\n")
+        Launch([*command, f"hydra.sweep.dir={tmp_path / 'worker1'}"], agon_cache, tmp_path / "worker1.log").finish()
+        trials = load(f"journal:{journal}").get_trials()
+    finally:
+        holder.kill()
+    by_worker: dict[str, list[optuna.trial.FrozenTrial]] = {}
     for t in trials:
-        by_worker.setdefault(t.user_attrs["worker"], set()).add(t.number)
-    assert len(by_worker) == 2 and not set.intersection(*by_worker.values())
-    assert len([t for t in trials if t.state == COMPLETE]) >= 4
+        by_worker.setdefault(t.user_attrs["worker"], []).append(t)
+    held = by_worker.pop(next(w for w in by_worker if w.endswith(f":{holder.proc.pid}")))
+    (ran,) = by_worker.values()
+    assert [t.state for t in held] == [RUNNING]  # neither run again nor failed while its worker lived
+    assert not {t.number for t in held} & {t.number for t in ran}
+    assert len([t for t in ran if t.state == COMPLETE]) == 3
 
 
 def test_a_trial_that_raises_is_recorded_as_failed_and_the_study_goes_on(agon_cache, tmp_path):
@@ -89,8 +112,8 @@ def test_a_trial_that_raises_is_recorded_as_failed_and_the_study_goes_on(agon_ca
                       "  mode: MULTIRUN\n  sweeper:\n    n_trials: 2\n    params:\n"
                       "      trainer.loss_type: choice(dapo, no_such_loss)\n      seed: int(0, 1000)\n")
     sweep = tmp_path / "sweep"
-    finish(agon(["--config-dir", str(tmp_path), "--config-name", "study", *FAST, "trainer.max_steps=1",
-                 f"hydra.sweep.dir={sweep}"], agon_cache), timeout=600)
+    Launch(["--config-dir", str(tmp_path), "--config-name", "study", *FAST, "eval.at_start=false",
+            "trainer.max_steps=1", f"hydra.sweep.dir={sweep}"], agon_cache, tmp_path / "study.log").finish()
     trials = load(f"sqlite:///{sweep}/optuna.db").get_trials()
     failed = [t for t in trials if t.state == FAIL]
     assert len([t for t in trials if t.state == COMPLETE]) == 2
@@ -103,16 +126,16 @@ def test_a_study_naming_a_key_that_does_not_exist_fails_before_any_trial(agon_ca
                       "  mode: MULTIRUN\n  sweeper:\n    params:\n      reward.no_such_weight: float(0, 1)\n")
     sweep = tmp_path / "sweep"
     out = subprocess.run([sys.executable, "-m", "agon.run", "--config-dir", str(tmp_path), "--config-name", "study",
-                          *FAST, f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "AGON_CACHE": str(agon_cache), "WANDB_MODE": "disabled"})
+                          *FAST, f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=FINISH_S, env={**os.environ, "AGON_CACHE": str(agon_cache), "WANDB_MODE": "disabled"})
     assert out.returncode != 0 and "reward.no_such_weight" in out.stdout + out.stderr
     assert not list(sweep.glob("*/metrics.jsonl")) and not (sweep / "optuna.db").exists()
 
 
 def test_a_grid_naming_a_key_that_does_not_exist_fails_before_any_cell(agon_cache, tmp_path):
     out = subprocess.run([sys.executable, "-m", "agon.run", "-m", *FAST, "reward.no_such_weight=0,1",
-                          f"hydra.sweep.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "AGON_CACHE": str(agon_cache), "WANDB_MODE": "disabled"})
+                          f"hydra.sweep.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=FINISH_S, env={**os.environ, "AGON_CACHE": str(agon_cache), "WANDB_MODE": "disabled"})
     assert out.returncode != 0 and "reward.no_such_weight" in out.stdout + out.stderr
     assert not list(Path(tmp_path).glob("*/metrics.jsonl"))
 

@@ -13,6 +13,7 @@ their source line, to be explained (harmless: logging, an equivalent rewrite) or
 
     python tools/mutation.py --named                     # the named mutants (a few minutes)
     python tools/mutation.py --operators --sample 40     # 40 random operator mutants
+    python tools/mutation.py --operators --files agon/run.py analysis/tables.py --sample 10   # of these modules
     python tools/mutation.py --list                      # what would run, without running it
 
 The test world is built once into ``$AGON_TEST_CACHE`` (``.agon-cache/test`` by default) and reused by every
@@ -37,7 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COPIED = ("agon", "analysis", "conf", "sweeps", "tests", "pyproject.toml")
+# what the tests read: the packed results and the pages quoting them (tests/analysis/test_results.py), the sweeper
+COPIED = ("agon", "analysis", "conf", "sweeps", "tests", "pyproject.toml", "results", "docs", "hydra_plugins")
 
 # the test files that cover each core module, fastest first (pytest stops at the first failure)
 TESTS = {
@@ -56,6 +58,17 @@ TESTS = {
     "agon/scoring.py": ["tests/test_scoring.py", "tests/test_trainer.py"],
     "agon/families/__init__.py": ["tests/test_families.py"],
     "agon/families/gemma4.py": ["tests/test_families.py"],
+    "agon/health.py": ["tests/test_health.py"],
+    "agon/run.py": ["tests/analysis/test_model_labels.py", "tests/test_operator_survivors.py", "tests/test_run.py",
+                    "tests/test_resume.py", "tests/test_tune.py"],
+    "analysis/load.py": ["tests/analysis/test_model_labels.py", "tests/analysis/test_analysis.py",
+                         "tests/analysis/test_results.py", "tests/analysis/test_pack.py"],
+    "analysis/tables.py": ["tests/analysis/test_model_labels.py", "tests/analysis/test_analysis.py",
+                           "tests/analysis/test_results.py", "tests/analysis/test_pack.py"],
+    "analysis/claims.py": ["tests/analysis/test_claims.py", "tests/analysis/test_results.py"],
+    "analysis/figures.py": ["tests/analysis/test_analysis.py", "tests/analysis/test_pack.py"],
+    "analysis/pack.py": ["tests/analysis/test_pack.py"],
+    "analysis/callbacks.py": ["tests/analysis/test_analysis.py", "tests/test_sweep.py"],
 }
 
 
@@ -172,8 +185,11 @@ SWAPS = {
     ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
     ast.Mod: ast.FloorDiv, ast.And: ast.Or, ast.Or: ast.And,
 }
-# functions whose mutants can only change printed text or timing, not a result
-SKIP_FUNCTIONS = {"_report", "train", "_sample_rows", "_eval_sample_rows", "__init__"}
+# functions whose mutants can only change printed text or timing, not a result; and analysis/figures.py's drawing,
+# which changes only pixels that no test reads (whether a figure is made, its files and its tables are tested)
+SKIP_FUNCTIONS = {"_report", "train", "_sample_rows", "_eval_sample_rows", "__init__",
+                  "_lighter", "_bars", "_tick", "_setting", "_smooth", "accuracy_figure", "trace_length_figure",
+                  "training_curves_figure", "conversion_figure"}
 
 
 class _Sites(ast.NodeTransformer):
@@ -235,9 +251,13 @@ class _Sites(ast.NodeTransformer):
         return node
 
 
-def operator_mutants() -> list[Mutant]:
+def operator_mutants(files: list[str] | None = None) -> list[Mutant]:
+    """Every operator mutant of the modules in ``TESTS``, or of ``files`` alone (each one of them)."""
+    unknown = sorted(set(files or ()) - set(TESTS))
+    if unknown:
+        raise SystemExit(f"no tests are mapped for {', '.join(unknown)} (tools/mutation.py TESTS)")
     out = []
-    for file in TESTS:
+    for file in files or TESTS:
         source = (ROOT / file).read_text()
         sites = _Sites()
         sites.visit(ast.parse(source))
@@ -306,6 +326,8 @@ def main() -> int:
     parser.add_argument("--operators", action="store_true", help="run operator mutants of the core modules")
     parser.add_argument("--sample", type=int, default=0, help="run this many operator mutants, drawn at random")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--files", nargs="+", default=None, metavar="FILE",
+                        help="operator mutants of these modules only (paths as in TESTS, e.g. agon/run.py)")
     parser.add_argument("--only", nargs="*", default=None, help="mutant ids to run")
     parser.add_argument("--extra", default=None,
                         help="a JSON list of more named mutants ({id, file, description, old, new}), to try a new "
@@ -318,7 +340,7 @@ def main() -> int:
     named = NAMED + [Mutant(**m) for m in json.loads(Path(args.extra).read_text())] if args.extra else NAMED
     mutants = named if args.named or not args.operators else []
     if args.operators:
-        ops = operator_mutants()
+        ops = operator_mutants(args.files)
         mutants = mutants + (random.Random(args.seed).sample(ops, min(args.sample, len(ops))) if args.sample else ops)
     if args.only:  # by id, from either kind
         mutants = list({m.id: m for m in named + operator_mutants() if m.id in set(args.only)}.values())

@@ -52,6 +52,7 @@ read-only), a network allow-list (a run has no network at all), and a disk quota
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -218,10 +219,19 @@ def remove_stale_workdirs(tmp_root: str) -> int:
     return removed
 
 
+def run_cgroup_owner(name: str) -> int | None:
+    """The pid of the process whose sandbox made the run cgroup ``name`` (``run-<pid>-<n>``), None for any other
+    name: what tells one trainer's runs from another's on a shared host, even after the trainer died."""
+    parts = name.split("-")
+    ok = len(parts) == 3 and parts[0] == "run" and parts[1].isdigit() and parts[2].isdigit()
+    return int(parts[1]) if ok else None
+
+
 def _remove_stale_cgroups(cgroups: Cgroups) -> None:
     names = {d.name for parent in cgroups.parents.values() if parent.is_dir() for d in parent.iterdir() if d.is_dir()}
     for name in names:
-        if name.startswith("run-") and not _pid_alive(name.split("-")[1]):
+        owner = run_cgroup_owner(name)
+        if owner is not None and not _pid_alive(str(owner)):
             group = RunCgroup(cgroups.version, {c: p / name for c, p in cgroups.parents.items()})
             group.kill_all()
             group.remove()
@@ -248,6 +258,10 @@ class LocalSandbox:
     Safe to call ``run`` from several threads at once: each run has its own uid, cgroup and working directory.
     """
 
+    # numbers for run cgroups, one count per process, not per sandbox: a trainer may hold several sandboxes, and
+    # their runs at the same time must not pick the same cgroup name
+    _runs = itertools.count(1)
+
     def __init__(self, allow_unsafe: bool = False, python: str = SYSTEM_PYTHON, network: bool = False,
                  tmp_root: str | None = None, bwrap: str | None = None, uid_base: int = UID_BASE,
                  uid_slots: int = UID_SLOTS):
@@ -255,8 +269,6 @@ class LocalSandbox:
         self.tmp_root = tmp_root or tempfile.gettempdir()
         self.bwrap = bwrap or shutil.which("bwrap")
         self.slots = UidSlots(Path(self.tmp_root) / "agon-sbx-uids", uid_base, uid_slots)
-        self._runs = 0
-        self._count_lock = threading.Lock()
         remove_stale_workdirs(self.tmp_root)
         self.cgroups, no_cgroup = Cgroups.detect()
         if self.cgroups is not None:
@@ -321,9 +333,7 @@ class LocalSandbox:
                 try:
                     workdir = self._make_workdir(req)
                     if self.cgroups is not None:
-                        with self._count_lock:
-                            self._runs += 1
-                            name = f"run-{os.getpid()}-{self._runs}"
+                        name = f"run-{os.getpid()}-{next(self._runs)}"
                         group = self.cgroups.create(name, (req.memory_mb + 2 * INTERPRETER_MB) << 20,
                                                     req.max_processes + 4)
                     return self._execute(req, workdir, uid, group, t0)

@@ -585,3 +585,31 @@ def test_the_grid_holds_the_method_under_study_at_its_defaults(tmp_path):
     # squares row by row: competitive (visible, hidden), cooperative (visible, hidden)
     assert [t.get_text() for t in fig.axes[0].texts] == ["not run", "50.0%\nΔ +25.0 pts\nn=1", "not run", "not run"]
     plt.close(fig)
+
+
+def test_the_figures_draw_every_cell_with_a_finished_run_and_no_other(data, tmp_path, monkeypatch):
+    """make_figures hands each figure the cells to draw. The fixture's cells have one or two finished seeds, except
+    self-refine, whose only run crashed: every other cell is drawn, in every figure, and self-refine in none but the
+    training curves (whose rows say it is incomplete). The figures' pixels are not compared; what they are given is."""
+    from analysis import figures
+
+    drawn: dict[str, list[str]] = {}
+
+    def spy(name: str):
+        real = getattr(figures, name)
+
+        def draw(runs, table):
+            drawn[name] = list(table["cell"])
+            return real(runs, table)
+
+        return draw
+
+    names = ("accuracy_figure", "trace_length_figure", "training_curves_figure", "conversion_figure")
+    for name in names:
+        monkeypatch.setattr(figures, name, spy(name))
+    figures.make_figures(data, tmp_path)
+    finished = [c for c in CELLS if c != "self-refine"]
+    assert set(drawn) == set(names)
+    assert {name: cells for name, cells in drawn.items() if name != "training_curves_figure"} == {
+        name: finished for name in names if name != "training_curves_figure"}
+    assert drawn["training_curves_figure"] == CELLS

@@ -45,3 +45,12 @@ def test_the_table_names_each_claim_whose_cells_ran():
     md = claims_markdown(claims_table(runs))
     assert "| Agon (competitive, visible) beats vanilla GRPO | agon vs grpo | 3 vs 3 | 61.0 vs 42.0 | +19.0 [" in md
     assert " tok | holds |" in md
+
+
+def test_an_interval_that_ends_at_zero_holds_zero_and_one_at_the_similar_bound_is_within_it():
+    """The interval is closed: one that ends exactly at 0 holds 0, so no direction is shown ("unresolved"), and
+    one that reaches exactly SIMILAR_WITHIN on each side is within it ("about equal" holds)."""
+    for direction in ("greater", "smaller", "similar"):
+        assert verdict(direction, 0.0, 0.2) == "unresolved", direction
+        assert verdict(direction, -0.2, 0.0) == "unresolved", direction
+    assert verdict("similar", -SIMILAR_WITHIN, SIMILAR_WITHIN) == "holds"
