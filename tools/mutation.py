@@ -140,14 +140,15 @@ NAMED = [
            "batch_rows=len(attempts),", "batch_rows=len(mine),"),
     # the real-model path: chunked scoring, token budgets, the model's context, Qwen3's template
     Mutant("scoring_without_temperature", "agon/scoring.py", "chunked log-probs ignore the sampling temperature",
-           "logits = head(hidden).float().div_(temperature)", "logits = head(hidden).float()"),
+           "logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).div_(temperature)",
+           "logits = logits.to(torch.promote_types(logits.dtype, torch.float32))"),
     Mutant("generation_budget_ignored", "agon/policies.py", "generate calls not bounded by the token budget",
            "for i in fits], batch_tokens):", "for i in fits], 10**12):"),
     Mutant("context_ignored", "agon/policies.py", "prompts sampled past the model's context",
            "return [min(max_new_tokens, self.context - n) for n in prompt_lengths]",
            "return [max_new_tokens for n in prompt_lengths]"),
     Mutant("template_opening_dropped", "agon/policies.py", "the template's empty think block left off the turn",
-           "Completion(text=opening + text,", "Completion(text=text,"),
+           "self.family.canonical(opening + text)", "self.family.canonical(text)"),
     # sampling engines: the sampler-mismatch correction, and vLLM's copy of the adapters (the vLLM ones are killed
     # only where vLLM runs: make test-vllm's environment, found as the tests find it)
     Mutant("sampler_weights_dropped", "agon/trainer.py", "the vLLM importance-sampling weights never reach the loss",
@@ -176,6 +177,299 @@ NAMED = [
     Mutant("gemma_thought_kept_visible", "agon/families/gemma4.py",
            "Gemma 4's thought channel is read as visible text",
            '.replace(CHANNEL_CLOSE, THINK_CLOSE)', '.replace(CHANNEL_CLOSE, "")'),
+    # keys no test moved before the settings map (tests/test_settings.py)
+    Mutant("lora_alpha_ignored", "agon/policies.py",
+           "model.lora.alpha not applied: the LoRA scale is alpha = 2 x rank whatever the config says (the test wor"
+           "ld's own alpha 8 = 2 x 4 hides it)",
+           "lora_alpha=lora.alpha,",
+           "lora_alpha=2 * lora.rank,",
+           tests=[
+                 "tests/test_settings.py::test_lora_alpha_scales_the_adapters_output_and_dropout_makes_it_random_in"
+                 "_training",
+           ]),
+    Mutant("max_operand_ignored", "agon/tasks/arithmetic.py",
+           "task.max_operand ignored: arithmetic problems always draw operands from 1-9",
+           "int(self.cfg.max_operand)",
+           "9",
+           tests=[
+                 "tests/test_settings.py::test_the_arithmetic_task_draws_its_problems_as_its_keys_say",
+           ]),
+    Mutant("family_not_passed", "agon/policies.py",
+           "model.family not handed to the run's Policies: every run reads its turns as Qwen3's",
+           "cfg.model.gradient_checkpointing, get_family(cfg.model.family))",
+           "cfg.model.gradient_checkpointing)",
+           tests=[
+                 "tests/test_settings.py::test_model_family_is_how_a_run_reads_its_completions",
+           ]),
+    Mutant("system_prompt_dropped", "agon/rollout.py",
+           "task.system_prompt never reaches the prompts the roles sample from",
+           "system=task.cfg.system_prompt",
+           "system=None",
+           tests=[
+                 "tests/test_settings.py::test_the_task_text_keys_are_the_prompts_each_role_reads",
+           ]),
+    Mutant("vllm_max_num_seqs_default", "agon/engines.py",
+           "generation.vllm.max_num_seqs not passed: vLLM always gets its default 256",
+           "max_num_seqs=v.max_num_seqs",
+           "max_num_seqs=256",
+           tests=[
+                 "tests/test_settings.py::test_the_vllm_keys_are_what_the_worker_is_started_with",
+           ]),
+    Mutant("table_rows_fixed", "agon/trainer.py",
+           "logger.table_rows ignored: every evaluation writes 16 rollouts to samples.jsonl",
+           "n = self.cfg.logger.table_rows",
+           "n = 16",
+           tests=[
+                 "tests/test_settings.py::test_logger_table_rows_is_how_many_rollouts_an_evaluation_writes_to_sampl"
+                 "es_jsonl",
+           ]),
+    Mutant("warmup_lr_fixed", "agon/world.py",
+           "model.tiny.warmup_lr ignored: the offline world is always warm-started at 3e-3",
+           "lr=tiny.warmup_lr",
+           "lr=3e-3",
+           tests=[
+                 "tests/test_settings.py::test_the_warm_start_follows_its_steps_rate_batch_schedule_and_seed",
+           ]),
+    # trainer and evaluation keys no test moved before (tests/test_settings_trainer.py)
+    Mutant("scale_rewards_ignored", "agon/trainer.py",
+           "trainer.scale_rewards never reaches the advantages (always divided by the group's std)",
+           "rows, t.scale_rewards, t.adv_eps)",
+           'rows, "group", t.adv_eps)',
+           tests=[
+                 "tests/test_settings_trainer.py::test_scale_rewards_and_adv_eps_set_the_advantages_the_gradient_we"
+                 "ighs",
+           ]),
+    Mutant("weight_decay_ignored", "agon/trainer.py",
+           "the optimizers are built without trainer.weight_decay",
+           "weight_decay=self.t.weight_decay)",
+           "weight_decay=0.0)",
+           tests=[
+                 "tests/test_settings_trainer.py::test_weight_decay_shrinks_every_lora_weight_by_lr_times_decay_on_"
+                 "top_of_the_same_step",
+           ]),
+    Mutant("solo_rows_batched_when_scoring_without_grad", "agon/trainer.py",
+           "Trainer._logps (old and reference log-probs) ignores trainer.solo_row_tokens: long rows padded into sha"
+           "red micro-batches",
+           "t.micro_batch_size, t.solo_row_tokens)]",
+           "t.micro_batch_size, None)]",
+           tests=[
+                 "tests/test_settings_trainer.py::test_each_scoring_knob_bounds_every_forward_pass_and_leaves_the_u"
+                 "pdate_unchanged",
+           ]),
+    Mutant("eval_at_start_ignored", "agon/run.py",
+           "the evaluation before training runs whatever eval.at_start says",
+           'start = trainer.evaluate("start").metrics if cfg.eval.at_start else {}',
+           'start = trainer.evaluate("start").metrics',
+           tests=[
+                 "tests/test_settings_trainer.py::test_eval_every_and_at_start_decide_which_evaluations_a_run_writes",
+           ]),
+    # sampling: each truncation alone, evaluation with its own settings, the sampler correction's bounds
+    Mutant("eval_samples_with_trainer_settings", "agon/cascade.py",
+           "the held-out evaluation samples with trainer.* instead of eval.*",
+           "sampling = Sampling.from_config(e)",
+           "sampling = Sampling.from_config(cfg.trainer)",
+           tests=[
+                 "tests/test_sampling_settings.py",
+           ]),
+    Mutant("diagnostic_samples_with_trainer_settings", "agon/eval.py",
+           "the cross-play and recap diagnostic samples with trainer.* instead of eval.*",
+           "sampling = Sampling.from_config(cfg.eval)",
+           "sampling = Sampling.from_config(cfg.trainer)",
+           tests=[
+                 "tests/test_eval.py",
+           ]),
+    Mutant("clip_bounds_swapped", "agon/trainer.py",
+           "the sampler correction's clip_min and clip_max passed swapped",
+           "t.vllm_importance_sampling_clip_min,\n                                                 t.vllm_importanc"
+           "e_sampling_clip_max)",
+           "t.vllm_importance_sampling_clip_max,\n                                                 t.vllm_importanc"
+           "e_sampling_clip_min)",
+           tests=[
+                 "tests/test_engines.py",
+           ]),
+    Mutant("clip_max_dropped", "agon/trainer.py",
+           "the sampler correction ignores trainer.vllm_importance_sampling_clip_max",
+           "t.vllm_importance_sampling_clip_max)",
+           "None)",
+           tests=[
+                 "tests/test_engines.py",
+           ]),
+    Mutant("correction_switch_ignored", "agon/trainer.py",
+           "trainer.vllm_importance_sampling_correction=false still weights the loss",
+           "if sampler is not None and t.vllm_importance_sampling_correction:",
+           "if sampler is not None:",
+           tests=[
+                 "tests/test_engines.py",
+           ]),
+    Mutant("hf_top_p_ignored_without_top_k", "agon/policies.py",
+           "the hf engine applies top-p only when top-k is set too",
+           "how = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k)",
+           "how = dict(do_sample=True, temperature=temperature, top_p=top_p if top_k else 1.0, top_k=top_k)",
+           tests=[
+                 "tests/test_engines.py",
+           ]),
+    Mutant("hf_continuous_top_k_ignored_without_top_p", "agon/engines.py",
+           "the hf_continuous engine applies top-k only when top-p is set too",
+           "**(dict(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)",
+           "**(dict(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k if sampling.top_p "
+           "< 1 else 0)",
+           tests=[
+                 "tests/test_engines.py",
+           ]),
+    Mutant("vllm_top_p_ignored_without_top_k", "agon/engines.py",
+           "the vLLM engine applies top-p only when top-k is set too",
+           "            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,\n            "
+           "stop_token_ids",
+           "            temperature=sampling.temperature, top_p=sampling.top_p if sampling.top_k else 1.0, top_k=sa"
+           "mpling.top_k,\n            stop_token_ids",
+           tests=[
+                 "tests/test_engines.py",
+           ]),
+    # rewards over the truth table, a stage played by the wrong adapter, watch rules with one role apart
+    Mutant("reward_format_from_draft", "agon/rewards.py",
+           "the challenger's format term paid for the draft's format instead of its own",
+           '"format": w.format_weight * o.challenge_format,',
+           '"format": w.format_weight * o.draft_format,',
+           tests=[
+                 "tests/test_rewards.py",
+           ]),
+    Mutant("tiebreak_any_length_difference", "agon/rewards.py",
+           "the length tiebreak pays a challenge of any other length, longer included",
+           "shorter = (o.challenge_tokens < o.draft_tokens).float()",
+           "shorter = (o.challenge_tokens != o.draft_tokens).float()",
+           tests=[
+                 "tests/test_rewards.py",
+           ]),
+    Mutant("competitive_drafter_paid_team", "agon/rewards.py",
+           "the competitive drafter is paid the team term (cooperative only by definition)",
+           "return RoundRewards(drafter, challenger)",
+           'return RoundRewards(RoleRewards(drafter.components | {"team": w.team_weight * b}), challenger)',
+           tests=[
+                 "tests/test_rewards.py",
+           ]),
+    Mutant("challenge_played_by_drafter", "agon/rollout.py",
+           "the challenge stage sampled with the drafter's adapter",
+           "challenges = sample_attempts(engine, task, challenger, rows, prompts, sampling,",
+           "challenges = sample_attempts(engine, task, drafter, rows, prompts, sampling,",
+           tests=[
+                 "tests/test_rollout.py",
+           ]),
+    Mutant("draft_played_by_base", "agon/rollout.py",
+           "the draft stage sampled with the base model (adapters off) instead of the drafter",
+           "drafts = sample_attempts(engine, task, drafter, rows, plain, sampling, on_sampled)",
+           "drafts = sample_attempts(engine, task, None, rows, plain, sampling, on_sampled)",
+           tests=[
+                 "tests/test_rollout.py",
+           ]),
+    Mutant("health_truncated_needs_every_role", "agon/health.py",
+           "truncation said only when every role is cut (any -> all)",
+           '"truncated": any(v >= self.truncated_ratio for v in cut.values()),',
+           '"truncated": all(v >= self.truncated_ratio for v in cut.values()),',
+           tests=[
+                 "tests/test_health.py",
+           ]),
+    Mutant("health_no_signal_one_role", "agon/health.py",
+           "no-signal read from one role (the first in sorted order) instead of every role",
+           '"no_signal": all(v >= self.zero_std_ratio for v in zero.values()),',
+           '"no_signal": zero[roles[0]] >= self.zero_std_ratio,',
+           tests=[
+                 "tests/test_health.py",
+           ]),
+    Mutant("health_weight_at_threshold_counts", "agon/health.py",
+           "a mean importance weight equal to warn_importance_ratio counts as a mismatch",
+           "any(v < self.importance_ratio for v in weight.values())",
+           "any(v <= self.importance_ratio for v in weight.values())",
+           tests=[
+                 "tests/test_health.py",
+           ]),
+    Mutant("watch_ratios_swapped", "agon/trainer.py",
+           "the trainer passes warn_truncated_ratio as the zero-spread share and vice versa",
+           "LearningWatch(self.t.warn_after_steps, self.t.warn_zero_std_ratio, self.t.warn_truncated_ratio,",
+           "LearningWatch(self.t.warn_after_steps, self.t.warn_truncated_ratio, self.t.warn_zero_std_ratio,",
+           tests=[
+                 "tests/test_health.py",
+           ]),
+    # resume at the edges
+    Mutant("final_eval_logged_twice_on_resume", "agon/trainer.py",
+           "a run killed during (or after) its final evaluation resumes from its last step's checkpoint without for"
+           "getting that evaluation's records, then runs it again: its eval rows, metrics row and samples twice",
+           "final_redone=self.state.step >= self.t.max_steps)",
+           "final_redone=False)",
+           tests=[
+                 "tests/test_resume.py::test_a_run_killed_at_each_edge_and_launched_again_ends_with_the_records_of_"
+                 "an_uninterrupted_run_each_once[during-the-final-evaluation]",
+           ]),
+    Mutant("summary_counts_lost_on_resume", "agon/trainer.py",
+           "resume restores the step and the data position but not the run's counters: summary.json's generated tok"
+           "ens (and verifier failures, train time, warnings) count only the steps after the checkpoint",
+           'self.state = TrainState(**saved["state"])',
+           'self.state = TrainState(step=saved["state"]["step"], cursor=saved["state"]["cursor"])',
+           tests=[
+                 "tests/test_resume.py::test_a_run_killed_at_each_edge_and_launched_again_ends_with_the_records_of_"
+                 "an_uninterrupted_run_each_once[mid-step]",
+           ]),
+    Mutant("stale_summary_kept_when_records_forgotten", "agon/recorder.py",
+           "the records are forgotten on resume or start-over but summary.json stays: a run started afresh and kill"
+           "ed is then skipped as finished, its records half written",
+           "        (self.run_dir / run_files.SUMMARY).unlink(missing_ok=True)\n",
+           "",
+           tests=[
+                 "tests/test_resume.py::test_trainer_resume_never_starts_afresh_leaving_no_summary_or_checkpoint_of"
+                 "_the_run_before_to_resume",
+           ]),
+    Mutant("run_started_afresh_keeps_old_checkpoints", "agon/run.py",
+           "a run that starts from step 0 keeps the checkpoints of the run before it: killed before its own first c"
+           "heckpoint, it resumes the other run's last step with its records gone",
+           "            trainer.discard_checkpoints()\n",
+           "",
+           tests=[
+                 "tests/test_resume.py::test_trainer_resume_never_starts_afresh_leaving_no_summary_or_checkpoint_of"
+                 "_the_run_before_to_resume",
+           ]),
+    # tests that hold on a busy machine (the sandbox's own runs, the Optuna workers); run.py's logger
+    Mutant("sandbox_uid_locks_per_process", "agon/tasks/isolation.py",
+           "uid slots locked per process: two trainers on one host may run programs as the same uid",
+           'fd = os.open(self.lock_dir / f"uid-{self.base + slot}", os.O_RDWR | os.O_CREAT, 0o600)',
+           'fd = os.open(self.lock_dir / f"uid-{self.base + slot}-{os.getpid()}", os.O_RDWR | os.O_CREAT, 0o600)',
+           tests=[
+                 "tests/tasks/test_sandbox.py",
+           ]),
+    Mutant("sandbox_cgroup_numbers_per_instance", "agon/tasks/sandbox.py",
+           "run cgroups numbered per sandbox: two sandboxes of one process running at once collide",
+           "self.python, self.network = python, network",
+           "self.python, self.network, self._runs = python, network, itertools.count(1)",
+           tests=[
+                 "tests/tasks/test_sandbox.py",
+           ]),
+    Mutant("sandbox_outlives_trainer", "agon/tasks/sandbox.py",
+           "bwrap no longer dies with its trainer: a killed trainer's runs go on",
+           '"--die-with-parent", ',
+           "",
+           tests=[
+                 "tests/tasks/test_sandbox.py",
+           ]),
+    Mutant("tune_fails_live_workers_trials", "hydra_plugins/agon_optuna_sweeper/optuna_sweeper.py",
+           "a starting worker fails every running trial of this host, also those of workers still alive",
+           'if name == host and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):',
+           "if name == host and pid.isdigit():",
+           tests=[
+                 "tests/test_tune.py",
+           ]),
+    Mutant("run_finishes_logger_as_crashed", "agon/run.py",
+           "every finished run tells its logger (W&B) it crashed",
+           "        exit_code = 0\n",
+           "        exit_code = 1\n",
+           tests=[
+                 "tests/test_operator_survivors.py",
+           ]),
+    # the game's axes on the training path
+    Mutant("exchange_fixed_in_training", "agon/trainer.py",
+           "training challengers read the recap whatever exchange.mode says",
+           "exchange=self.cfg.exchange.mode,",
+           'exchange="visible",',
+           tests=[
+                 "tests/test_trainer.py",
+           ]),
 ]
 
 # operator swaps: each site becomes exactly one mutant
