@@ -1,16 +1,18 @@
 """Evaluations sized by phase and shown as they go: the interim size during training, the full set before and after,
 and one progress bar per evaluation advanced as each engine call returns, on the test world.
 
-The bars are read back from what tqdm wrote to stderr, with ``TQDM_MININTERVAL=0`` so that every update is drawn:
+The bars are read back from what tqdm wrote to stderr, with ``mininterval=0`` so that every update is drawn:
 each drawn state of a bar is one ``n/total`` of the completions sampled so far.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
 import pytest
+import tqdm.auto
 from omegaconf import OmegaConf
 
 from agon.cascade import eval_size, evaluate
@@ -22,6 +24,13 @@ from agon.tasks import build_task
 
 # the full evaluation of the run below and its interim one (problems, samples)
 FULL, INTERIM = (6, 3), (2, 2)
+
+
+def every_update_drawn(monkeypatch) -> None:
+    """The evaluation's bar with ``mininterval=0``: tqdm skips a redraw within 0.1 s of the last, so on a fast machine
+    the stages of a tiny evaluation would be drawn or not by timing. (``TQDM_MININTERVAL`` is read when tqdm is first
+    imported, too late for a test to set it.)"""
+    monkeypatch.setattr(tqdm.auto, "tqdm", functools.partial(tqdm.auto.tqdm, mininterval=0))
 
 
 def _bars(stderr: str) -> dict[str, list[tuple[int, int]]]:
@@ -71,7 +80,7 @@ def test_play_tells_each_stage_as_its_engine_batches_return(policies, small_cfg,
 
 
 def test_a_disabled_bar_draws_nothing(policies, small_cfg, capsys, monkeypatch):
-    monkeypatch.setenv("TQDM_MININTERVAL", "0")
+    every_update_drawn(monkeypatch)
     task = build_task(small_cfg.task)
     problems = list(task.heldout_problems())[:2]
     evaluate(policies, task, small_cfg, problems, step=3, phase="train", samples=1, progress=False)
@@ -86,7 +95,7 @@ def test_a_disabled_bar_draws_nothing(policies, small_cfg, capsys, monkeypatch):
 
 def test_interim_evaluations_are_sized_apart_and_every_evaluation_shows_its_progress(small_cfg, capsys,
                                                                                       monkeypatch):
-    monkeypatch.setenv("TQDM_MININTERVAL", "0")
+    every_update_drawn(monkeypatch)
     e = small_cfg.eval
     (e.n_problems, e.samples), (e.interim_problems, e.interim_samples) = FULL, INTERIM
     e.every, small_cfg.trainer.max_steps, small_cfg.progress = 1, 2, True
