@@ -19,6 +19,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import agon.config
+from agon.engines import HFEngine, Sampling
+from agon.policies import Completion
 
 CONF = agon.config.CONF_DIR
 
@@ -68,6 +70,19 @@ SMALL_RUN = [
     "eval.samples=2",
     "progress=false",
 ]
+
+
+class RecordingEngine(HFEngine):
+    """hf, keeping each call's prompts, the ``Sampling`` it was handed and the completions it gave."""
+
+    def __init__(self, policies):
+        super().__init__(policies)
+        self.calls: list[tuple[list[str], Sampling, list[Completion]]] = []
+
+    def sample(self, prompts, adapter, sampling, on_sampled=None) -> list[Completion]:
+        out = super().sample(prompts, adapter, sampling, on_sampled)
+        self.calls.append((list(prompts), sampling, out))
+        return out
 
 
 @pytest.fixture(autouse=True)

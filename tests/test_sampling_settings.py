@@ -9,12 +9,12 @@ from omegaconf import OmegaConf
 
 from agon import run_files
 from agon.config import validate
-from agon.engines import HFEngine, Sampling
+from agon.engines import Sampling
 from agon.policies import Completion
 from agon.recorder import Recorder
 from agon.tasks import build_task
 from agon.trainer import Trainer
-from tests.conftest import compose_config
+from tests.conftest import RecordingEngine, compose_config
 
 KEYS = ("temperature", "top_p", "top_k")
 
@@ -32,19 +32,6 @@ def test_the_model_cards_sampling_reaches_trainer_and_eval_and_each_can_be_set_a
                             "eval.generation_batch_tokens=4096"])
     assert Sampling.from_config(apart.eval) == Sampling(9, 0.4, 0.7, 2, 4096)
     assert Sampling.from_config(apart.trainer) == Sampling(72, 1.0, 1.0, 0, 262_144)  # the defaults, untouched
-
-
-class RecordingEngine(HFEngine):
-    """hf, keeping each call's prompts, the ``Sampling`` it was handed and the completions it gave."""
-
-    def __init__(self, policies):
-        super().__init__(policies)
-        self.calls: list[tuple[list[str], Sampling, list[Completion]]] = []
-
-    def sample(self, prompts, adapter, sampling, on_sampled=None) -> list[Completion]:
-        out = super().sample(prompts, adapter, sampling, on_sampled)
-        self.calls.append((list(prompts), sampling, out))
-        return out
 
 
 TRAIN = Sampling(max_new_tokens=32, temperature=0.9, top_p=0.95, top_k=6, batch_tokens=8192)

@@ -32,7 +32,7 @@ from agon.run import run
 from agon.run_files import read_jsonl
 from agon.tasks import build_task
 from agon.trainer import Trainer
-from tests.conftest import SMALL_RUN, TEST_WORLD, compose_config
+from tests.conftest import SMALL_RUN, TEST_WORLD, RecordingEngine, compose_config
 
 ADAPTERS = ("A", "B")
 
@@ -412,18 +412,6 @@ def test_eval_every_and_at_start_decide_which_evaluations_a_run_writes(small_cfg
     assert summary["eval/accuracy_at_start"] is None and summary["train/steps"] == 5
 
 
-class CountingEngine(HFEngine):
-    """The real hf engine, noting how many prompts each call samples."""
-
-    def __init__(self, policies: Policies):
-        super().__init__(policies)
-        self.sizes: list[int] = []
-
-    def sample(self, prompts, adapter, sampling, on_sampled=None):
-        self.sizes.append(len(prompts))
-        return super().sample(prompts, adapter, sampling, on_sampled)
-
-
 def test_the_diagnostic_plays_eval_diagnostic_samples_per_problem(small_cfg, policies, tmp_path):
     """An evaluation with eval.diagnostic plays the cascade at eval.samples per problem, then the diagnostic at
     eval.diagnostic_samples: three drafters and nine cross-play answerers, each over problems x diagnostic_samples
@@ -432,9 +420,10 @@ def test_the_diagnostic_plays_eval_diagnostic_samples_per_problem(small_cfg, pol
     e.diagnostic, e.diagnostic_samples, e.n_problems, e.samples = True, 3, 2, 1
     small_cfg.trainer.max_new_tokens = 8  # cut answers are still answers to count (the evaluation's interpolates it)
     assert e.diagnostic_samples != EvalConfig.diagnostic_samples
-    engine = CountingEngine(policies)
+    engine = RecordingEngine(policies)
     result = _trainer(small_cfg, policies, tmp_path, engine=engine).evaluate("start", progress=False)
-    cascade, diagnostic = engine.sizes[:4], engine.sizes[4:]
+    sizes = [len(prompts) for prompts, _, _ in engine.calls]
+    cascade, diagnostic = sizes[:4], sizes[4:]
     assert cascade == [e.n_problems * e.samples] * 4  # A>B and B>A, draft and answer
     rows = e.n_problems * e.diagnostic_samples
     assert max(diagnostic) == rows and diagnostic.count(rows) >= 3 + 9, diagnostic
