@@ -166,6 +166,9 @@ class CodeContestsTaskConfig(TaskConfig):
     time_limit_s: float = 4.0
     memory_mb: int = 512
     max_output_bytes: int = 1_048_576
+    # a float answer passes within |actual - expected| <= float_tolerance * max(1, |expected|) where the statement
+    # states no tolerance of its own; integers and words must match exactly
+    float_tolerance: float = 1e-6
     workers: int = 2
     # the "easy" filter: cf_rating in (0, max_cf_rating] or difficulty in easy_difficulties (1 EASY, 7 A)
     easy_only: bool = True

@@ -137,6 +137,7 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "task.codecontests.time_limit_s": (_CC_LIMITS,),
     "task.codecontests.memory_mb": (_CC_LIMITS,),
     "task.codecontests.max_output_bytes": (_CC_LIMITS,),
+    "task.codecontests.float_tolerance": (f"{CODECONTESTS}::test_task_float_tolerance_is_the_one_grading_uses",),
     "task.codecontests.workers": (f"{SETTINGS}::test_codecontests_workers_grade_that_many_programs_at_once",),
     "task.codecontests.easy_only": (_CC_FILTER,),
     "task.codecontests.easy_difficulties": (_CC_FILTER,),

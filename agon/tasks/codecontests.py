@@ -1,4 +1,4 @@
-"""CodeContests (``deepmind/code_contests``): competitive programming graded by running the program on tests.
+r"""CodeContests (``deepmind/code_contests``): competitive programming graded by running the program on tests.
 
 Problems come from the hub through ``datasets`` or from a local copy in the same schema (a parquet/JSONL file or a
 directory of them; a hub snapshot directory is split by file-name prefix, ``train-*.parquet``). The "easy" filter
@@ -10,17 +10,36 @@ a Python 3 reference solution are dropped.
 The program is the last fenced ```python block after ``</think>`` (the recap drops that block). It runs in the
 sandbox (``agon.tasks.sandbox``) on every public and private test plus the first ``task.max_generated_tests``
 generated ones, stopping at the first failure; it is correct only when every selected test passes with exit code 0
-and matching output. Matching is CodeContests' own (``OutputsMatch``): whitespace-separated tokens,
-case-insensitive, equal token counts, each token equal as text or, for two numbers that are not both integers,
-within 1e-5. Completions are graded ``task.workers`` at a time.
+and matching output. Completions are graded ``task.workers`` at a time.
+
+Matching (``outputs_match``) is exact where the expected output is exact, as Codeforces' testlib checkers are:
+
+* Output is cut into tokens at ASCII whitespace only: testlib's blanks (space, ``\t``, ``\n``, ``\r``) plus ``\v``
+  and ``\f``. A Unicode space (U+00A0, U+2028, ``\x1c``...) is part of a token, as it is for a judge (Python's
+  ``str.split`` would split there). ASCII letters compare case-insensitively ("print YES in any case"); the token
+  counts must be equal.
+* An expected token that is an integer (``[+-]?[0-9]+``) matches only the same text: no ``+7``, ``007`` or ``7.0``
+  for ``7``, no ``-0`` for ``0``, no ``9.982443599877105e+17`` for ``998244359987710471`` (testlib's ``readLong``,
+  which its ``ncmp`` checker uses, rejects each of these forms; ``wcmp``/``lcmp`` compare the text).
+* An expected token that is any other number in plain ASCII decimal form (``[+-]?(d+[.d*]|.d+)([eE][+-]?d+)?``)
+  matches an actual token of that same form whose value is within the tolerance: ``|actual - expected| <= tol *
+  max(1, |expected|)`` (absolute or relative error, testlib's ``doubleCompare``), decided exactly in decimal
+  arithmetic, never through binary floats. ``tol`` is the problem's own when its statement states one ("absolute
+  or relative error does not exceed 10^{-9}", parsed into ``meta["float_tolerance"]``), else
+  ``task.float_tolerance`` (1e-6, the usual Codeforces bound).
+* Any other expected token (words, ``nan``, ``inf``) matches only the same text.
+
+A run whose stdout is not valid UTF-8 is wrong, whatever it decodes to. The matcher never raises: a malformed,
+hostile or enormous token is a mismatch, so no output can turn a wrong answer into a grader error.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import re
 from concurrent.futures import ThreadPoolExecutor
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal, Inexact, InvalidOperation, Overflow
+from functools import lru_cache
 from typing import Any, Sequence
 
 from agon.tasks import Problem, Task, Verdict, register_task
@@ -48,7 +67,13 @@ COLUMNS = (
 )
 PYTHON3 = 3  # solutions.language: 0 UNKNOWN, 1 PYTHON (2), 2 CPP, 3 PYTHON3, 4 JAVA
 _CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
-_INT = re.compile(r"[+-]?\d+")
+# tokens are bytes (ASCII-only classes: no Unicode digits, no underscores, no inf/nan/hex). Unambiguous, so a
+# megabyte-long token is rejected in linear time (``[0-9]+\.?[0-9]*`` backtracks quadratically on "999...9x")
+_INTEGER = re.compile(rb"[+-]?[0-9]+")
+_NUMBER = re.compile(rb"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+DEFAULT_TOLERANCE = 1e-6
+# exact sums and products of the (trusted) expected token and tolerance; a malformed actual token raises
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact, InvalidOperation, Overflow])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -71,26 +96,87 @@ def extract_code(completion: str) -> str | None:
     return m.group(1) if m and m.group(1).strip() else None
 
 
-def _token_match(a: str, b: str) -> bool:
-    if a == b:
+def _decimal(value: Any) -> Decimal:
+    """A tolerance as the decimal it is written as (1e-6 is 1e-6, not the double nearest it)."""
+    d = value if isinstance(value, Decimal) else Decimal(repr(value) if isinstance(value, float) else str(value))
+    if not (d.is_finite() and d >= 0):
+        raise ValueError(f"a float tolerance must be a finite number >= 0, not {value!r}")
+    return d
+
+
+@lru_cache(maxsize=4096)
+def _bounds(expected: bytes, tol: Decimal) -> tuple[Decimal, Decimal]:
+    """``expected -/+ tol * max(1, |expected|)``, exactly."""
+    e = Decimal(expected.decode("ascii"), _EXACT)
+    d = _EXACT.multiply(tol, max(Decimal(1), e.copy_abs()))  # copy_abs: abs() would round
+    return _EXACT.subtract(e, d), _EXACT.add(e, d)
+
+
+def _token_match(expected: bytes, actual: bytes, tol: Decimal) -> bool:
+    if expected == actual:
         return True
-    if _INT.fullmatch(a) and _INT.fullmatch(b):
-        return False  # two different integers
+    if _INTEGER.fullmatch(expected) or not _NUMBER.fullmatch(expected) or not _NUMBER.fullmatch(actual):
+        return False  # an integer, a word, or a non-number where a number is due: only the same text
+    lo, hi = _bounds(expected, tol)
+    # only compared, never computed with: a token like 1e999999999999999999999 raises (caught) instead
+    x = Decimal(actual.decode("ascii"), _EXACT)
+    return x.is_finite() and lo <= x <= hi
+
+
+def _tokens(text: str) -> list[bytes]:
+    return text.encode("utf-8", "surrogatepass").lower().split()  # bytes: ASCII whitespace and case only
+
+
+def outputs_match(expected: str, actual: str, tolerance: Any = DEFAULT_TOLERANCE) -> bool:
+    """Whether ``actual`` is a right output for ``expected``; never raises (anything malformed is a mismatch).
+
+    Tokens are cut at ASCII whitespace only and compared ASCII-case-insensitively; the counts must be equal. An
+    integer expected token matches only the same text (no ``-0`` for ``0``, ``007`` or ``7.0`` for ``7``, or
+    ``9.982443599877105e+17`` for ``998244359987710471``). A non-integer number (plain ASCII decimal form, exponent
+    allowed) matches a number of that form within ``|actual - expected| <= tolerance * max(1, |expected|)``,
+    decided in exact decimal arithmetic; ``tolerance`` is taken as the decimal it is written as (default 1e-6).
+    Any other token matches only the same text.
+    """
     try:
-        x, y = float(a), float(b)
-    except ValueError:
+        e, a = _tokens(expected), _tokens(actual)
+        if e == a:
+            return True
+        if len(e) != len(a):
+            return False
+        tol = _decimal(tolerance)
+        return all(_token_match(x, y, tol) for x, y in zip(e, a))
+    except Exception:  # noqa: BLE001 - a grader that raises lets a wrong answer dodge its penalty
         return False
-    if math.isnan(x) or math.isnan(y):
-        return False
-    return abs(x - y) < 1e-5
 
 
-def outputs_match(expected: str, actual: str) -> bool:
-    """CodeContests' ``OutputsMatch``: whitespace tokens, lower-cased, same count, floats within 1e-5."""
-    e, a = expected.lower().split(), actual.lower().split()
-    if e == a:
-        return True
-    return len(e) == len(a) and all(_token_match(x, y) for x, y in zip(e, a))
+# statements state their tolerance in words: "absolute or relative error does not exceed 10^{-6}" (Codeforces,
+# LaTeX), "... doesn't exceed 10 - 6" (older Codeforces statements, the superscript lost), "10<sup>-6</sup>",
+# "is at most 10^{−6}" (AtCoder), "10^-6", "1e-6", "2 \cdot 10^{-5}", "0.01" (a plain decimal only below 0.1). The
+# number must follow the word "error" in the same sentence, at most 80 characters on; the first such is taken.
+_MINUS = "[-\u2212\u2013]"
+_STATED_TOLERANCE = re.compile(
+    r"\berrors?\b(?:(?!\.\s)[^\n]){0,80}?(?<![\d.])(?:"
+    r"(?:(?P<m>\d+(?:\.\d+)?)\s*(?:\\cdot|\\times|\u00b7|\u00d7|\*)\s*)?"
+    rf"10\s*(?:\^\s*\{{?|<sup[^>]*>)?\s*{_MINUS}\s*(?P<k>\d{{1,3}})(?!\d)"
+    rf"|(?P<sm>\d+(?:\.\d+)?)\s*[eE]\s*{_MINUS}\s*(?P<sk>\d{{1,3}})(?!\d)"
+    r"|(?P<dec>0\.0+[1-9]\d*)(?!\.?\d)"
+    r")",
+    re.IGNORECASE,
+)
+
+
+def stated_tolerance(statement: str) -> float | None:
+    """The float tolerance a statement states ("absolute or relative error does not exceed 10^{-9}"), or None."""
+    m = _STATED_TOLERANCE.search(statement or "")
+    if m is None:
+        return None
+    if m["k"] is not None:
+        tol = float(f"{m['m'] or 1}e-{m['k']}")  # the decimal as written: 1e-06, not 10.0 ** -6
+    elif m["sk"] is not None:
+        tol = float(f"{m['sm']}e-{m['sk']}")
+    else:
+        tol = float(m["dec"])
+    return tol if 0 < tol < 1 else None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -149,6 +235,9 @@ def to_problem(row: dict, cfg: Any) -> Problem:
         "difficulty": row.get("difficulty"),
         "name": row["name"],
     }
+    tol = stated_tolerance(row.get("description") or "")
+    if tol is not None:  # the statement's own; else the grader uses task.float_tolerance
+        meta["float_tolerance"] = tol
     return Problem(f"codecontests/{row['name']}", row["description"].strip(), None, meta)
 
 
@@ -173,6 +262,7 @@ def load_problems(cfg: Any, split: str) -> list[Problem]:
 class CodeContestsTask(Task):
     def __init__(self, cfg: Any, sandbox: Sandbox | None = None):
         super().__init__(cfg)
+        _decimal(cfg.float_tolerance)  # a bad tolerance stops the run here, not every float answer later
         # first: a machine that cannot isolate model-written programs stops the run here, before any data loads
         self.sandbox: Sandbox = sandbox or LocalSandbox(allow_unsafe=cfg.sandbox.allow_unsafe)
         problems = load_problems(cfg, cfg.split)
@@ -238,7 +328,10 @@ class CodeContestsTask(Task):
                 return Verdict(False, True, "error", f"{where}: sandbox error: {res.detail}")
             if res.status != "ok":
                 return Verdict(False, True, "wrong", f"{where}: {res.status} {res.detail}".strip())
-            if not outputs_match(expected, res.stdout):
+            if not res.stdout_is_utf8:  # its U+FFFD stand-ins must not match an expected U+FFFD
+                return Verdict(False, True, "wrong", f"{where}: output is not UTF-8")
+            tol = problem.meta.get("float_tolerance", self.cfg.float_tolerance)
+            if not outputs_match(expected, res.stdout, tol):
                 return Verdict(False, True, "wrong", f"{where}: wrong answer")
         return Verdict(True, True, "ok", f"passed {len(tests)} tests")
 

@@ -4,34 +4,37 @@
 limit in, status / return code / stdout / stderr / time out), so a client for such a service is one more class with
 the same ``run``. ``LocalSandbox`` runs each program under **bubblewrap** (``bwrap``, the tool Flatpak uses):
 
-- **its own namespaces**: mount, PID, IPC, network, UTS and cgroup. The program sees a read-only ``/usr`` (the
-  interpreter and its libraries), a private ``/proc`` that shows only its own processes, a minimal ``/dev``, and
-  three fresh size-capped tmpfs: ``/work`` (its working directory), ``/tmp`` and ``/dev/shm``. No other host file
-  is there: no datasets, no test files, no sockets, no other run's directory. Its program files are owned by root
-  and read-only.
+- **its own namespaces**: mount, PID, IPC, network, UTS and cgroup. The program sees, read-only, only what the
+  interpreter needs of the host (``runtime_mounts``: the interpreter, ``setpriv``, the standard library and the
+  directories of the shared libraries it loads; not ``/usr/local``, no other program, no site-packages), a
+  private ``/proc`` that shows only its own processes, a minimal ``/dev``, and three fresh size-capped tmpfs:
+  ``/work`` (its working directory), ``/tmp`` and ``/dev/shm``. No other host file is there: no datasets, no test
+  files, no sockets, no other run's directory. Its program files are owned by root and read-only.
 - **a user of its own**: every concurrent run takes a uid of its own (``isolation.UidSlots``: a file lock per
-  uid, so that concurrent runs in several trainer processes on one machine do not share one either), with no
-  supplementary groups, no capabilities and ``no_new_privs``. Another run's processes are not visible and not
-  ptrace-able.
-- **a seccomp filter** (``isolation.seccomp_filter``): new namespaces (``unshare``, ``setns``, ``clone`` with any
-  namespace flag; ``clone3`` answers ENOSYS so that the C library falls back to ``clone``), ``mount`` and the new
-  mount API, ``ptrace``, ``process_vm_readv``/``writev``, ``keyctl``, ``bpf``, ``io_uring``, ``perf_event_open``,
-  ``userfaultfd``, module and kexec loading are refused (EPERM). Another architecture than x86_64 or aarch64 is
-  killed.
+  uid at one fixed path for the whole host, so that runs of trainers with different ``TMPDIR`` do not share one
+  either), with no supplementary groups, no capabilities and ``no_new_privs``. Another run's processes are not
+  visible and not ptrace-able.
+- **a seccomp allow-list** (``isolation.seccomp_filter``): a call not on it answers ENOSYS. Sockets are UNIX
+  sockets only (no loopback TCP/UDP, whose buffers no v1 cgroup charges; no vsock); huge pages, file locks,
+  leases and dnotify, the legacy AIO pool, inotify/fanotify, new namespaces, mounts, ``ptrace``, ``bpf`` and
+  ``io_uring`` are refused (EPERM). Another architecture than x86_64 or aarch64 is killed.
+- **every process limit set** by the monitor (all 16 of the kernel's, none inherited from the trainer), and a new,
+  empty session keyring instead of the trainer's.
 - **a budget per run** (``isolation.Cgroups``): memory (resident plus tmpfs), process count, CPU time and an equal
   CPU share counted for all of the run's processes together, in a cgroup of its own (cgroup v1 with ``memory``,
   ``pids``, ``cpu``/``cpuacct``, or cgroup v2). Where no cgroup can be made, the sandbox says so once and keeps the
-  per-process limits, which it sets in every case: RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC (the uid is
-  the run's own), RLIMIT_NOFILE, no core dumps.
+  per-process limits.
 - **a wall-clock deadline**, and output read incrementally and capped per stream.
 
 **Verdicts a program cannot forge.** Inside the sandbox a small monitor (``_BOOTSTRAP``) sets the limits, tells the
 sandbox over a private pipe that setup succeeded, and forks the program, which closes the pipe before its first
 line runs. The monitor then reports the program's real wait status (exit code or signal) on the same pipe. The
 monitor is not dumpable, so the program cannot reach the pipe through ``/proc``. Nothing the program prints is
-taken as the sandbox's own message. A run whose setup never reported is a ``sandbox_error``. Kills are reported by
-their cause: the deadline, CPU time (the run's total or a process's SIGXCPU), the cgroup's OOM killer, the process
-limit, or a signal.
+taken as the sandbox's own message. A run whose setup never reported is a ``sandbox_error``, the only unscored
+verdict. After the program started, nothing it does can make the verdict raise: every exit status, every signal
+number (real-time ones included), any output; an unexpected state is a ``runtime_error`` with its cause. Kills are
+reported by their cause: the deadline, CPU time (the run's total or a process's SIGXCPU), the cgroup's OOM killer,
+the process limit, or a signal.
 
 **Fail closed.** When bubblewrap is missing or cannot set up its namespaces (root without CAP_SYS_ADMIN, the
 default in Docker and Kubernetes, and no user namespaces), ``LocalSandbox()`` raises ``SandboxUnavailable`` with
@@ -52,11 +55,14 @@ read-only), a network allow-list (a run has no network at all), and a disk quota
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
+import json
 import logging
 import math
 import os
 import platform
+import re
 import selectors
 import shutil
 import signal
@@ -79,7 +85,7 @@ ISOLATION_BWRAP = "bwrap"
 ISOLATION_UNSAFE = "unsafe"
 
 SYSTEM_PYTHON = "/usr/bin/python3"
-ENV_ALLOWLIST = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+ENV_ALLOWLIST = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
 # the memory the interpreter itself takes, on top of what the request grants the program
 INTERPRETER_MB = 48
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`) and run as root with "
@@ -129,6 +135,8 @@ class RunResult:
     truncated: bool
     wall_s: float
     detail: str = ""
+    # False when stdout held bytes that are not UTF-8 (``stdout`` shows each as U+FFFD): no expected text can match it
+    stdout_is_utf8: bool = True
 
     @property
     def ok(self) -> bool:
@@ -153,19 +161,38 @@ class Sandbox(Protocol):
 _BOOTSTRAP = r"""
 import os, resource, sys
 prog, chan = sys.argv[1], int(sys.argv[2])
-cpu, mem, fsize, nproc, nofile = (int(v) for v in sys.argv[3:8])
+cpu, mem, fsize, nproc, nofile, sigpending, keyctl = (int(v) for v in sys.argv[3:10])
 try:
-    for lim, soft, hard in (
-        (resource.RLIMIT_CORE, 0, 0),
-        (resource.RLIMIT_CPU, cpu, cpu + 1),
-        (resource.RLIMIT_AS, mem, mem),
-        (resource.RLIMIT_FSIZE, fsize, fsize),
-        (resource.RLIMIT_NPROC, nproc, nproc),
-        (resource.RLIMIT_NOFILE, nofile, nofile),
-    ):
+    # every limit the kernel has, set here: none passes through from the trainer
+    limits = {
+        resource.RLIMIT_CORE: (0, 0),
+        resource.RLIMIT_CPU: (cpu, cpu + 1),
+        resource.RLIMIT_AS: (mem, mem),
+        resource.RLIMIT_DATA: (mem, mem),
+        resource.RLIMIT_RSS: (mem, mem),
+        resource.RLIMIT_STACK: (min(8 << 20, mem), mem),
+        resource.RLIMIT_FSIZE: (fsize, fsize),
+        resource.RLIMIT_NPROC: (nproc, nproc),
+        resource.RLIMIT_NOFILE: (nofile, nofile),
+        resource.RLIMIT_MEMLOCK: (0, 0),
+        resource.RLIMIT_MSGQUEUE: (0, 0),
+        resource.RLIMIT_SIGPENDING: (sigpending, sigpending),
+        resource.RLIMIT_NICE: (0, 0),
+        resource.RLIMIT_RTPRIO: (0, 0),
+        resource.RLIMIT_RTTIME: (0, 0),
+        10: (0, 0),  # RLIMIT_LOCKS, which the resource module leaves out
+    }
+    unset = {getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")} | set(range(16))
+    if unset - set(limits):  # a kernel or Python with a limit this list does not know: fail closed
+        raise RuntimeError("limits the sandbox does not set: %s" % sorted(unset - set(limits)))
+    for lim, (soft, hard) in limits.items():
         resource.setrlimit(lim, (soft, hard))
     import ctypes
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the pipe cannot be reopened through /proc
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the pipe cannot be reopened through /proc
+    # a new, empty session keyring (KEYCTL_JOIN_SESSION_KEYRING, no name) instead of the trainer's
+    if libc.syscall(keyctl, 1, None) < 0 and ctypes.get_errno() != 38:
+        raise OSError(ctypes.get_errno(), "keyctl(KEYCTL_JOIN_SESSION_KEYRING): " + os.strerror(ctypes.get_errno()))
     os.write(chan, b"ready\n")  # before the program exists, so nothing it does can withhold it
     pid = os.fork()
 except BaseException as e:
@@ -180,16 +207,96 @@ if pid:
         except InterruptedError:
             continue
     os.write(chan, b"status %d\n" % status)
-    code = os.waitstatus_to_exitcode(status)
-    os._exit(code if code >= 0 else 128 - code)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 os.close(chan)
-del pid, chan
+del pid, chan, libc, limits, unset
 sys.argv = [prog]
 with open(prog, "rb") as _f:
     _code = compile(_f.read(), prog, "exec")
 exec(_code, {"__name__": "__main__", "__file__": prog, "__builtins__": __builtins__})
 """
+# pending signals of the run's uid (RLIMIT_SIGPENDING counts per user)
+SIGPENDING = 1024
+# keyctl's number, by architecture
+KEYCTL_NR = {"x86_64": 250, "aarch64": 219}
 SETUP_FAILED = 121
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what of the host's /usr a run sees: the interpreter, its standard library and the shared libraries it loads
+
+# run by the sandbox's interpreter once: every extension module of its standard library imported, then the files
+# it has mapped (the C library, libffi, libssl, libsqlite3, ...) read from /proc/self/maps
+_RUNTIME_PROBE = r"""
+import importlib, json, os, sys, sysconfig
+stdlib, platstdlib = sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")
+dynload = os.path.join(platstdlib, "lib-dynload")
+for name in sorted(os.listdir(dynload) if os.path.isdir(dynload) else ()):
+    if name.endswith(".so"):
+        try:
+            importlib.import_module(name.split(".", 1)[0])
+        except BaseException:
+            pass
+libs = sorted({ln.split(None, 5)[5].strip() for ln in open("/proc/self/maps") if len(ln.split(None, 5)) == 6
+               and ln.split(None, 5)[5].startswith("/")})
+print(json.dumps({"stdlib": [stdlib, platstdlib], "libs": libs}))
+"""
+_MOUNTS: dict[tuple[str, str], list[str]] = {}
+
+
+def _bind_with_links(path: str, args: list[str], bound: set[str]) -> None:
+    """Bind the file ``path`` resolves to, and recreate each symlink on the way (/usr/bin/python3 -> python3.11)."""
+    seen = 0
+    while os.path.islink(path) and seen < 40:
+        target = os.readlink(path)
+        if path not in bound:
+            args += ["--symlink", target, path]
+            bound.add(path)
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+        seen += 1
+    real = os.path.realpath(path)
+    if real not in bound:
+        args += ["--ro-bind", real, real]
+        bound.add(real)
+
+
+def runtime_mounts(python: str, setpriv: str) -> list[str]:
+    """bubblewrap arguments that show a run the parts of the host it needs, read-only: the interpreter and
+    ``setpriv``, the interpreter's standard library, the directories of every shared library it loads (with every
+    extension module imported), ``/usr/lib/locale``, and the top-level ``/lib*`` of the host (symlinks into /usr
+    where /usr is merged). Not ``/usr/local``, other programs, site-packages, headers or ``/usr/share``."""
+    key = (python, setpriv)
+    if key not in _MOUNTS:
+        probe = subprocess.run([python, "-I", "-S", "-c", _RUNTIME_PROBE], stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=120, env=dict(ENV_ALLOWLIST))
+        if probe.returncode != 0:
+            raise SandboxUnavailable(f"{python} could not list what it loads: {probe.stderr[-400:].strip()}")
+        info = json.loads(probe.stdout.splitlines()[-1])
+        dirs = {os.path.realpath(d) for d in info["stdlib"]}
+        dirs |= {os.path.dirname(os.path.realpath(lib)) for lib in info["libs"] if ".so" in os.path.basename(lib)}
+        dirs |= {d for d in ("/usr/lib/locale", "/usr/lib64") if os.path.isdir(d) and not os.path.islink(d)}
+        # a directory inside another one bound already comes with it
+        dirs = {d for d in dirs if not any(d != o and d.startswith(o.rstrip("/") + "/") for o in dirs)}
+        args: list[str] = []
+        bound: set[str] = set()
+        for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+                bound.add(top)
+            elif os.path.isdir(top) and top.startswith("/lib"):  # an unmerged /lib holds the C library
+                dirs.add(top)
+        for d in sorted(dirs):
+            args += ["--ro-bind", d, d]
+            bound.add(d)
+        for exe in (python, setpriv):
+            _bind_with_links(exe, args, bound)
+        # the directories above each bind, which bubblewrap would otherwise make root-only (0700)
+        parents = {str(p) for arg in args[2::3] if arg.startswith("/") for p in Path(arg).parents if str(p) != "/"}
+        made: list[str] = []
+        for d in sorted(parents - bound):
+            made += ["--perms", "0755", "--dir", d]
+        _MOUNTS[key] = made + args
+    return list(_MOUNTS[key])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -268,14 +375,20 @@ class LocalSandbox:
         self.python, self.network = python, network
         self.tmp_root = tmp_root or tempfile.gettempdir()
         self.bwrap = bwrap or shutil.which("bwrap")
-        self.slots = UidSlots(Path(self.tmp_root) / "agon-sbx-uids", uid_base, uid_slots)
         remove_stale_workdirs(self.tmp_root)
         self.cgroups, no_cgroup = Cgroups.detect()
         if self.cgroups is not None:
             _remove_stale_cgroups(self.cgroups)
         else:
             _warn_once(f"sandbox: no cgroup per run ({no_cgroup}): memory, process and CPU limits are per process")
-        problem = self._probe()
+        self.slots: UidSlots | None = None
+        problem = None
+        if os.geteuid() == 0:  # without root there is no uid to switch to, and the probe says so
+            try:
+                self.slots = UidSlots(uid_base, uid_slots, runs_in_cgroups=self.cgroups is not None)
+            except (SandboxUnavailable, OSError) as exc:
+                problem = f"no uid pool for the runs: {exc}"
+        problem = problem or self._probe()
         if problem is None:
             self._isolation = ISOLATION_BWRAP
         elif allow_unsafe:
@@ -329,7 +442,8 @@ class LocalSandbox:
             return RunResult("sandbox_error", None, "", "", False, 0.0, f"language {req.language!r} is not supported")
         workdir, group = None, None
         try:
-            with self.slots.claim() if self._isolation == ISOLATION_BWRAP else contextlib.nullcontext() as uid:
+            isolated = self._isolation == ISOLATION_BWRAP and self.slots is not None
+            with self.slots.claim() if isolated else contextlib.nullcontext() as uid:
                 try:
                     workdir = self._make_workdir(req)
                     if self.cgroups is not None:
@@ -364,7 +478,8 @@ class LocalSandbox:
     def _command(self, req: RunRequest, workdir: str, uid: int | None, group: RunCgroup | None, seccomp_fd: int,
                  chan: int) -> list[str]:
         limits = [max(1, math.ceil(req.time_limit_s)), (req.memory_mb + INTERPRETER_MB) << 20, req.max_file_mb << 20,
-                  req.max_processes + 1, req.max_open_files]  # + 1: the monitor
+                  req.max_processes + 1, req.max_open_files, SIGPENDING,  # + 1: the monitor
+                  KEYCTL_NR.get(platform.machine(), -1)]
         join = []
         if group is not None:  # the shell joins the run's cgroup, then becomes bwrap: every process is counted
             join = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 120; shift; done; shift; '
@@ -377,12 +492,7 @@ class LocalSandbox:
                "--unshare-cgroup-try", "--hostname", "sandbox"]
         if not self.network:
             cmd.append("--unshare-net")
-        cmd += ["--ro-bind", "/usr", "/usr"]
-        for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
-            if os.path.islink(top):
-                cmd += ["--symlink", os.readlink(top), top]
-            elif os.path.isdir(top):
-                cmd += ["--ro-bind", top, top]
+        cmd += runtime_mounts(self.python, shutil.which("setpriv", path=ENV_ALLOWLIST["PATH"]) or "setpriv")
         cmd += ["--proc", "/proc", "--dev", "/dev"]
         for tmpfs in ("/dev/shm", "/tmp", "/work"):
             cmd += ["--perms", "1777", "--size", size, "--tmpfs", tmpfs]
@@ -419,7 +529,7 @@ class LocalSandbox:
 
         sel = selectors.DefaultSelector()
         timed_out = over_cap = cpu_over = False
-        exit_fd = None
+        exit_fd, loop_error = None, ""
         try:
             stdin_data = req.stdin.encode("utf-8", "surrogatepass")
             sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -468,6 +578,9 @@ class LocalSandbox:
                             over_cap = True
                 if over_cap:
                     break
+        except Exception as exc:  # the sandbox's own failure mid-run; graded below by whether the program had started
+            loop_error = f"{type(exc).__name__}: {exc}"
+            log.exception("sandbox: watching the run failed")
         finally:
             # bwrap dies, and with it (--die-with-parent) its namespace; then the cgroup, for anything else
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -484,11 +597,30 @@ class LocalSandbox:
                     stream.close()
             os.close(chan_r)
         return self._verdict(req, group, out, err, chan.text(), proc.returncode, time.monotonic() - t0,
-                             timed_out, over_cap, cpu_over)
+                             timed_out, over_cap, cpu_over, loop_error)
+
+    @classmethod
+    def _verdict(cls, req: RunRequest, group: RunCgroup | None, out: "_Capped", err: "_Capped", chan: str,
+                 outer_rc: int | None, wall: float, timed_out: bool, over_cap: bool, cpu_over: bool,
+                 loop_error: str = "") -> RunResult:
+        """The run's result; never raises. ``sandbox_error`` only where the monitor never said the program could
+        start; anything unexpected after that is a failed run with its cause named, so that no exit status, signal
+        or output of a program can turn its failure into an unscored run."""
+        started = "ready" in chan.splitlines()
+        try:
+            res = cls._classify(req, group, out, err, chan, outer_rc, wall, timed_out, over_cap, cpu_over)
+        except Exception as exc:
+            log.exception("sandbox: the verdict failed")
+            res = RunResult("runtime_error" if started else "sandbox_error", None, out.text(), err.text(),
+                            out.truncated or err.truncated, wall, f"unexpected state: {type(exc).__name__}: {exc}")
+        if loop_error and res.status in ("ok", "sandbox_error"):  # whatever the program did was not watched to its end
+            res = RunResult("runtime_error" if started else "sandbox_error", None, res.stdout, res.stderr,
+                            res.truncated, wall, f"the sandbox lost track of the run: {loop_error}")
+        return dataclasses.replace(res, stdout_is_utf8=out.is_utf8())
 
     @staticmethod
-    def _verdict(req: RunRequest, group: RunCgroup | None, out: "_Capped", err: "_Capped", chan: str,
-                 outer_rc: int | None, wall: float, timed_out: bool, over_cap: bool, cpu_over: bool) -> RunResult:
+    def _classify(req: RunRequest, group: RunCgroup | None, out: "_Capped", err: "_Capped", chan: str,
+                  outer_rc: int | None, wall: float, timed_out: bool, over_cap: bool, cpu_over: bool) -> RunResult:
         stdout, stderr, truncated = out.text(), err.text(), out.truncated or err.truncated
         lines = chan.splitlines()
         refused = group.pids_limit_hits() if group is not None else 0
@@ -508,20 +640,23 @@ class LocalSandbox:
             # the monitor never said the program could start: whatever went wrong is the sandbox's
             why = next((ln for ln in lines if ln.startswith("setup-failed")), f"exit code {outer_rc}")
             return RunResult("sandbox_error", None, stdout, stderr, truncated, wall, f"sandbox setup failed: {why}")
-        status = next((int(ln.split()[1]) for ln in lines if ln.startswith("status ")), None)
+        status = next((int(m.group(1)) for ln in lines if (m := _STATUS_LINE.fullmatch(ln))), None)
         if status is None:  # the monitor was killed before it could report: by the OOM killer or by the program
             if oom:
                 return RunResult("memory", None, stdout, stderr, truncated, wall,
                                  f"killed by the OOM killer: memory of the run > {req.memory_mb} MB")
             return RunResult("runtime_error", None, stdout, stderr, truncated, wall,
                              f"the program ended the sandbox's monitor{pids_note}")
-        rc = os.waitstatus_to_exitcode(status)
+        rc = exit_code(status)
         if oom:  # the run went over its memory, whichever of its processes the kernel chose to end
             return RunResult("memory", rc, stdout, stderr, truncated, wall,
                              f"the OOM killer ended {oom_kills} of its processes: memory of the run > "
                              f"{req.memory_mb} MB")
         if rc == 0:
             return RunResult("ok", 0, stdout, stderr, truncated, wall, pids_note.lstrip("; "))
+        if rc is None:
+            return RunResult("runtime_error", None, stdout, stderr, truncated, wall,
+                             f"the program ended in an unexpected wait status {status:#x}{pids_note}")
         memory_error = "MemoryError" in stderr[-2000:] or "Cannot allocate memory" in stderr[-2000:]
         if rc == -signal.SIGXCPU:
             return RunResult("timeout", rc, stdout, stderr, truncated, wall,
@@ -531,8 +666,33 @@ class LocalSandbox:
                              f"MemoryError: memory > {req.memory_mb} MB")
         if rc < 0:
             return RunResult("runtime_error", rc, stdout, stderr, truncated, wall,
-                             f"killed by {signal.Signals(-rc).name}{pids_note}")
+                             f"killed by {signal_name(-rc)}{pids_note}")
         return RunResult("runtime_error", rc, stdout, stderr, truncated, wall, f"exit code {rc}{pids_note}")
+
+
+_STATUS_LINE = re.compile(r"status (\d{1,10})")
+
+
+def exit_code(status: int) -> int | None:
+    """A wait status as ``subprocess`` writes it (exit code, or minus the signal), None for any other state."""
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return None
+
+
+def signal_name(number: int) -> str:
+    """``SIGSEGV``, ``SIGRTMIN+6``, or ``signal 99``: for every number, including the real-time signals that
+    ``signal.Signals`` has no member for."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        pass
+    low, high = getattr(signal, "SIGRTMIN", 34), getattr(signal, "SIGRTMAX", 64)
+    if low <= number <= high:
+        return f"SIGRTMIN+{number - low}" if number - low <= high - number else f"SIGRTMAX-{high - number}"
+    return f"signal {number}"
 
 
 class _Capped:
@@ -572,4 +732,11 @@ class _Capped:
 
     def text(self) -> str:
         return b"".join(self.parts).decode("utf-8", errors="replace")
+
+    def is_utf8(self) -> bool:
+        try:
+            b"".join(self.parts).decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
 

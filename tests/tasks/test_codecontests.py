@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agon.tasks import build_task
-from agon.tasks.codecontests import CodeContestsTask, extract_code, outputs_match
+from agon.tasks import Problem, build_task
+from agon.tasks.codecontests import CodeContestsTask, extract_code, outputs_match, stated_tolerance, to_problem
 from agon.tasks.deepmath import DatasetUnavailableError
 from agon.tasks.sandbox import RunRequest, RunResult
 
@@ -120,10 +120,11 @@ def test_recap_drops_the_final_program(task):
         ("3\n", "3", True),
         ("1 2\n3 4\n", "  1\t2 3\n\n4 ", True),  # whitespace is only a separator
         ("YES\n", "yes\n", True),  # case-insensitive
-        ("2.500000\n", "2.5\n", True),  # floats within 1e-5
-        ("1.3333333\n", "1.33333\n", True),
+        ("2.500000\n", "2.5\n", True),  # a non-integer expected number: within 1e-6 (absolute or relative)
+        ("1.3333333\n", "1.333333\n", True),
+        ("1.3333333\n", "1.33333\n", False),  # 3.3e-6 off: passed the old 1e-5 matcher
         ("1.5\n", "1.5001\n", False),
-        ("10\n", "10.0\n", True),  # not both integers: compared as numbers
+        ("10\n", "10.0\n", False),  # an integer expected: only the same integer, written the same way
         ("10\n", "11\n", False),
         ("1\n2\n3\n", "1\n2\n", False),  # token counts must match (a zip-based check would pass this)
         ("1\n2\n", "1\n2\n3\n", False),
@@ -134,6 +135,254 @@ def test_recap_drops_the_final_program(task):
 )
 def test_outputs_match(expected, actual, ok):
     assert outputs_match(expected, actual) is ok
+
+
+# the matcher is exact where the expected output is exact (testlib's rule): an integer only as the same text, a
+# non-integer number within the tolerance decided in exact decimal arithmetic, everything else as the same text
+
+BIG = "998244359987710471"
+BIG_AS_FLOAT = "9.982443599877105e+17"
+
+
+def test_a_big_integer_printed_as_a_float_is_wrong():
+    # the trap is real: both are the same double (spacing 128 near 1e18), so the old matcher, which compared any pair
+    # that was not two integers as floats (|x - y| < 1e-5), accepted this wrong answer
+    assert float(BIG) == float(BIG_AS_FLOAT) and int(float(BIG_AS_FLOAT)) != int(BIG)
+    assert not outputs_match(BIG, BIG_AS_FLOAT)
+    assert not outputs_match(BIG, "998244359987710400") and not outputs_match(BIG, "998244359987710471.0")
+    assert outputs_match(f"{BIG}\n", f"{BIG} \r\n")
+
+
+@pytest.mark.parametrize(
+    "expected, actual, ok",
+    [
+        ("7", "7", True),
+        ("-7", "-7", True),
+        ("0", "-0", False),  # testlib's readLong rejects -0, a leading + and leading zeros
+        ("7", "+7", False),
+        ("7", "007", False),
+        ("7", "7.0", False),
+        ("7", "7e0", False),
+        ("-0", "0", False),  # the expected text is what is matched
+        ("5" * 5000, "5" * 5000, True),  # past int()'s 4300-digit limit
+        ("5" * 5000, "5" * 4999 + "4", False),
+        ("5" * 5000, "5" * 4999 + "5.0", False),
+    ],
+)
+def test_an_integer_matches_only_the_same_integer_written_the_same_way(expected, actual, ok):
+    assert outputs_match(expected, actual) is ok
+
+
+@pytest.mark.parametrize(
+    "expected, actual, ok",
+    [
+        ("0.500000", "0.5", True),
+        ("0.500000", "5e-1", True),  # any plain decimal form, exponent included
+        ("0.500000", ".5", True),
+        ("0.500000", "0.500001", True),  # exactly at the bound: |0.5 - e| <= 1e-6 * max(1, 0.5)
+        ("0.500000", "0.499999", True),
+        ("0.500000", "0.5000010000000001", False),  # just past it
+        ("0.500000", "0.4999989999999999", False),
+        ("1000000.0", "1000001.0", True),  # relative above 1: 1e-6 * 1e6 = 1
+        ("1000000.0", "999999.0", True),
+        ("1000000.0", "1000001.0000000001", False),
+        ("1000000.0", "1000000", True),  # an integer is a number where a number is due
+        ("-2.500000", "-2.5000025", True),
+        ("-2.500000", "-2.5000025000001", False),
+        ("-2.500000", "2.500000", False),
+        ("0.000000", "-0.000000", True),  # a value comparison: -0.0 is 0
+        ("0.000000", "1e-99999999", True),
+        ("1.5e-7", "0", True),  # |e| < 1: absolute
+        ("1.5E+10", "15000015000", True),
+        ("1.5E+10", "15000015000.001", False),
+    ],
+)
+def test_a_non_integer_number_matches_within_the_tolerance_at_its_exact_edge(expected, actual, ok):
+    assert outputs_match(expected, actual) is ok
+
+
+@pytest.mark.parametrize(
+    "expected, actual, ok",
+    [
+        ("0.500000", "0.500001", True),  # at the bound: the doubles' difference is 1.0000000000287557e-06
+        ("0.1", "0.100001", True),
+        ("2.5", "2.5000025000000000025", False),  # past the bound by 2.5e-18: the nearest double is the bound
+        ("0.25", "0.250001000000000001", False),
+    ],
+)
+def test_the_tolerance_is_decided_exactly_where_binary_floats_would_decide_wrongly(expected, actual, ok):
+    x, y = float(expected), float(actual)
+    assert (abs(x - y) <= 1e-6 * max(1.0, abs(x))) is not ok  # a float comparison gets each of these wrong
+    assert outputs_match(expected, actual) is ok
+
+
+def test_the_tolerance_is_an_argument_and_a_word_matches_only_itself():
+    assert outputs_match("0.5", "0.50009", 1e-4) and not outputs_match("0.5", "0.50011", 1e-4)
+    assert outputs_match("0.5", "0.5000", 0) and not outputs_match("0.5", "0.5000001", 0)
+    assert outputs_match("nan", "NaN") and not outputs_match("nan", "nan0") and not outputs_match("inf", "infinity")
+    assert not outputs_match("0.5", "0.50001", float("nan"))  # a bad tolerance is a mismatch, never a raise
+
+
+HOSTILE = [
+    "nan", "NaN", "inf", "-inf", "Infinity", "1_000", "0x10", "0b1", "\u0663", "\u0661.\u0665", "\uff11",
+    "1e999999999999999999999", "1e-999999999999999999999", "9" * 100_000, "9" * 100_000 + "e-99999",
+    "1" + "0" * 100_000 + ".5", "--1", "1..0",
+    "1e", "e5", ".", "+", "-", "1e+", "1 e5", "\ud800", "\x00", "0.5\x00",
+    "9" * 1_000_000 + "x",  # a megabyte token that is almost a number: rejected in linear time, not quadratic
+]
+
+
+@pytest.mark.parametrize("actual", HOSTILE, ids=[f"hostile{i}" for i in range(len(HOSTILE))])
+@pytest.mark.parametrize("expected", ["0.500000", "1000", "0", "YES", "1.5e-7"])
+def test_hostile_tokens_are_wrong_and_never_raise(expected, actual):
+    assert outputs_match(expected, actual) is False
+    assert outputs_match(f"1 {expected}", f"1 {actual}") is False
+
+
+def test_an_exponent_past_decimals_range_is_wrong_not_an_error():
+    assert not outputs_match("0.5", "1e999999999999999999999") and not outputs_match("1e300", "1e999999999999999999")
+    assert not outputs_match("0.5", "0.5 1e999999999999999999999")  # more tokens
+
+
+@pytest.mark.parametrize(
+    "expected, actual, ok",
+    [
+        ("1 2\n", "1 2", True),
+        ("1 2", "1 2   \n\n\n", True),
+        ("1 2\n3\n", "1 2\r\n3\r\n", True),
+        ("1 2\n", "\t\v\f1\r2\v", True),  # ASCII whitespace: testlib's space \t \n \r, and \v \f
+        ("1 2\n", "1\x1c2\n", False),  # str.split() would split here; a judge does not
+        ("1 2\n", "1\u00a02\n", False),
+        ("1 2\n", "1\u20282\n", False),
+        ("1 2\n", "1\u30002\n", False),
+        ("1 2\n", "1 2\u00a0\n", False),  # a trailing non-ASCII space is part of the last token
+        ("a\u00a0b\n", "A\u00a0B\n", True),  # the same token; ASCII letters in any case
+        ("\u00e9\n", "\u00c9\n", False),  # only ASCII letters fold
+        ("", "", True),
+        ("", "\n \n", True),
+        ("", "0", False),
+        ("0", "", False),
+        ("1 2", "1 2 3", False),
+        ("1 2 3", "1 2", False),
+    ],
+)
+def test_only_ascii_whitespace_separates_tokens(expected, actual, ok):
+    assert outputs_match(expected, actual) is ok
+
+
+def test_very_long_outputs_are_matched_whole():
+    n = 200_000
+    ints = "\n".join(str(i * 7919) for i in range(n)) + "\n"
+    assert outputs_match(ints, ints.replace("\n", " "))
+    assert not outputs_match(ints, ints[:-1] + "1\n")  # the last token one off
+    assert not outputs_match(ints, ints + "0\n")
+    floats = " ".join(f"{i / 7:.6f}" for i in range(n))
+    assert outputs_match(floats, " ".join(f"{i / 7:.9f}" for i in range(n)))
+    assert not outputs_match(floats, " ".join(f"{i / 7:.9f}" for i in range(n - 1)) + " 0")
+    assert not outputs_match("1 " * n, "1 " * (n - 1) + "\u0661")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the tolerance a statement states
+
+
+@pytest.mark.parametrize(
+    "statement, tol",
+    [
+        ("Your answer will be considered correct if its absolute or relative error does not exceed $$$10^{-6}$$$.",
+         1e-6),
+        ("Your answer is considered correct if its absolute or relative error does not exceed 10^{-9}.\n\n"
+         "Formally, let your answer be a, and the jury's answer be b. Your answer is accepted if and only if "
+         "\\frac{|a - b|}{max{(1, |b|)}} ≤ 10^{-9}.", 1e-9),
+        ("The answer will be considered correct if the absolute or relative error doesn't exceed 10 - 4.", 1e-4),
+        ("Print the area. The absolute or relative error should not exceed 10<sup>-6</sup>.", 1e-6),
+        ("Your output is considered correct if the absolute or relative error from the judge's output is at most "
+         "10^{\u22122}.", 1e-2),
+        ("Answers with an absolute error of at most 10^-3 are accepted.", 1e-3),
+        ("Print the probability with an absolute error not greater than 1e-7.", 1e-7),
+        ("The checker allows an error up to $$$2 \\cdot 10^{-5}$$$.", 2e-5),
+        ("Your answer will be accepted if the absolute error is less than 0.01.", 1e-2),
+        ("Print the answer.\n\nNote: errors are within 0.000001 tolerance.", 1e-6),
+    ],
+)
+def test_a_statement_states_its_tolerance(statement, tol):
+    assert stated_tolerance(statement) == tol
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "You are given two integers a and b (-10^9 <= a, b <= 10^9). Print a + b.",
+        "It is guaranteed that the answer changes by at least 10^{-9} when r changes by 10^{-6}. Print it modulo "
+        "10^9+7.",  # a 10^{-9} that is not about the error
+        "If your program has an error, fix it. The answer changes by at least 10^{-9}.",  # another sentence
+        "An error is reported when the sum differs from the expected one by more than a quarter of the total, "
+        "and any 10^{-6} difference is tolerated.",  # more than 80 characters apart
+        "Print the answer with absolute error at most 0.5.",  # a plain decimal that large is not a tolerance
+        "",
+    ],
+)
+def test_a_statement_without_a_tolerance_states_none(statement):
+    assert stated_tolerance(statement) is None
+
+
+def test_the_statements_tolerance_is_the_problems(compose_task):
+    cfg = compose_task("codecontests")
+    row = {"name": "9_A. Circle", "description": "Print the area. The absolute or relative error must not exceed "
+           "10^{-2}.", "public_tests": {"input": ["1\n"], "output": ["3.14\n"]}}
+    assert to_problem(row, cfg).meta["float_tolerance"] == 1e-2
+    assert "float_tolerance" not in to_problem({**row, "description": "Print the area."}, cfg).meta
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the tolerance and the bytes in grading
+
+
+def test_task_float_tolerance_is_the_one_grading_uses(make):
+    # the mean (2.5 on the public test) printed 5e-6 off: wrong at the default 1e-6, right at
+    # task.float_tolerance=1e-5, wrong at 1.9e-6 (relative: 1.9e-6 * 2.5 < 5e-6)
+    off = answer("n = int(input())\nxs = list(map(int, input().split()))\nprint(f'{sum(xs) / n + 5e-6:.7f}')")
+    verdicts = {}
+    for tol in (None, "1e-5", "1.9e-6"):
+        t = make("heldout_size=0", "time_limit_s=1", *([f"float_tolerance={tol}"] if tol else []))
+        mean = by_name(t, "2_A. Mean Value")
+        assert "float_tolerance" not in mean.meta and t.cfg.float_tolerance == float(tol or 1e-6)
+        (verdicts[tol],) = t.verify([mean], [off])
+        t.close()
+    assert [verdicts[k].correct for k in (None, "1e-5", "1.9e-6")] == [False, True, False]
+    assert verdicts[None].detail == "test 1/2 (public): wrong answer"
+    # a problem's own tolerance wins over the task's
+    t = make("heldout_size=0", "time_limit_s=1", "float_tolerance=1e-5")
+    mean = by_name(t, "2_A. Mean Value")
+    strict = Problem(mean.id, mean.question, None, {**mean.meta, "float_tolerance": 1e-6})
+    assert [v.correct for v in t.verify([mean, strict], [off, off])] == [True, False]
+    t.close()
+    with pytest.raises(ValueError, match="float tolerance"):
+        make("heldout_size=0", "float_tolerance=-1")
+
+
+class FixedSandbox:
+    """A sandbox that answers every run with the same result (``stdout_is_utf8`` as given)."""
+
+    isolation = "remote"
+
+    def __init__(self, stdout: str, utf8: bool):
+        self.result = RunResult("ok", 0, stdout, "", False, 0.0, stdout_is_utf8=utf8)
+
+    def run(self, req: RunRequest) -> RunResult:
+        return self.result
+
+
+def test_output_that_is_not_utf8_is_wrong_even_where_its_stand_ins_would_match(make):
+    # invalid bytes show as U+FFFD in stdout; an expected output holding U+FFFD must not be matched by them
+    problem = Problem("codecontests/replacement", "Print the replacement character.", None,
+                      {"tests": (("\n", "\ufffd\n"),), "n_public": 1})
+    for utf8, status in ((True, "ok"), (False, "wrong")):
+        t = make("heldout_size=0", sandbox=FixedSandbox("\ufffd\n", utf8))
+        (v,) = t.verify([problem], [answer("import sys\nsys.stdout.buffer.write(b'\\xff\\n')")])
+        assert (v.status, v.correct, v.failed) == (status, utf8, False), v
+        t.close()
+    assert v.detail == "test 1/1 (public): output is not UTF-8"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -148,7 +397,7 @@ def test_verify_correct_and_incorrect_programs(task):
         (ab, answer(AB_OK), "ok", True),
         (ab, answer("a, b = map(int, input().split())\nprint(a - b)"), "wrong", False),
         (ab, answer("print(3)"), "wrong", False),  # passes the public test only
-        (mean, answer("n = int(input())\nxs = list(map(int, input().split()))\nprint(round(sum(xs) / n, 5))"),
+        (mean, answer("n = int(input())\nxs = list(map(int, input().split()))\nprint(f'{sum(xs) / n:.6f}')"),
          "ok", True),
         (even, answer("print('yes' if int(input()) % 2 == 0 else 'no')"), "ok", True),
         (ab, "<think>x</think>The answer is a+b.", "no_answer", False),
@@ -194,3 +443,12 @@ def test_sandbox_failure_is_a_counted_error(make):
     (v,) = t.verify([by_name(t, "1_A. Sum of Two")], [answer(AB_OK)])
     assert v.status == "error" and v.failed and "service unavailable" in v.detail
     t.close()
+
+
+def test_a_program_writing_bytes_that_are_not_utf8_is_wrong_in_the_real_sandbox(task):
+    problem = Problem("codecontests/replacement", "Print the replacement character.", None,
+                      {"tests": (("\n", "\ufffd\n"),), "n_public": 1, "time_limit_s": 2.0})
+    raw, text = (answer(f"import sys\nsys.stdout.buffer.write({b!r})") for b in (b"\xff\n", "\ufffd\n".encode()))
+    bad, good = task.verify([problem, problem], [raw, text])
+    assert (bad.status, bad.correct, bad.detail) == ("wrong", False, "test 1/1 (public): output is not UTF-8")
+    assert (good.status, good.correct) == ("ok", True)  # the same text, written as UTF-8
