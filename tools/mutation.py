@@ -532,6 +532,18 @@ NAMED = [
            '    for lim, (soft, hard) in limits.items():\n        if lim != resource.RLIMIT_SIGPENDING: resour'
            'ce.setrlimit(lim, (soft, hard))',
            tests=['tests/tasks/test_sandbox_hostile.py::test_every_process_limit_is_set_by_the_sandbox_not_inherited']),
+    Mutant('sandbox_ignored_signals_inherited', 'agon/tasks/sandbox.py',
+           'signals the trainer ignores stay ignored in the program',
+           '    for sig in signal.valid_signals():\n',
+           '    for sig in ():\n',
+           tests=['tests/tasks/test_sandbox_hostile.py::test_signals_ignored_or_blocked_by_the_trainer_do_not_pa'
+                 'ss_to_the_program']),
+    Mutant('sandbox_blocked_signals_inherited', 'agon/tasks/sandbox.py',
+           "signals the trainer's thread blocks stay blocked in the program",
+           '    signal.pthread_sigmask(signal.SIG_SETMASK, ())\n',
+           '',
+           tests=['tests/tasks/test_sandbox_hostile.py::test_signals_ignored_or_blocked_by_the_trainer_do_not_pa'
+                 'ss_to_the_program']),
     # CodeContests' matcher, exact where the expected output is exact (tests/tasks/test_codecontests.py)
     Mutant('integer_expected_float_fallback', 'agon/tasks/codecontests.py',
            'an integer expected token is compared as a number again (7.0 for 7, 9.98e17 for 998244359987710471)',

@@ -187,6 +187,13 @@ try:
         raise RuntimeError("limits the sandbox does not set: %s" % sorted(unset - set(limits)))
     for lim, (soft, hard) in limits.items():
         resource.setrlimit(lim, (soft, hard))
+    # signals as a fresh interpreter has them, whatever the trainer ignored or blocked (both pass through exec):
+    # default dispositions but Python's own (SIGPIPE, SIGXFSZ ignored; SIGINT raises), nothing blocked
+    import signal
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the pipe cannot be reopened through /proc
