@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 # torch is installed first and explicitly, so the rest of the install never pulls a multi-GB CUDA build
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# the versions of everything but torch that `make install` installs; `make lock` refreshes it
+LOCK := constraints.txt
 # extra Hydra overrides, e.g. make run ARGS="method=grpo trainer.max_steps=10"
 ARGS ?=
 # run directory or multirun root for `make figures` (default: the newest multirun)
@@ -25,12 +27,20 @@ NPROC ?= 2
 help: ## show this help
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev]" -c $(LOCK)
 	touch $(STAMP)
+
+lock: ## refresh constraints.txt: a fresh install of pyproject.toml's dependencies (newest allowed), frozen
+	rm -rf build/lock-venv && python3 -m venv build/lock-venv
+	build/lock-venv/bin/python -m pip install -q --upgrade pip
+	build/lock-venv/bin/python -m pip install -q "$(TORCH)"
+	build/lock-venv/bin/python -m pip install -q -e ".[dev]"
+	{ head -2 $(LOCK); build/lock-venv/bin/python -m pip freeze --exclude-editable | grep -vi '^torch=='; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK) && rm -rf build/lock-venv
 
 # bubblewrap isolates model-written programs (agon/tasks/sandbox.py); without it, code tasks refuse to run
 sandbox-deps: ## install bubblewrap (Debian's package, as root) unless it is there
@@ -52,6 +62,9 @@ $(VLLM_STAMP):
 	touch $(VLLM_STAMP)
 
 vllm-install: $(VLLM_STAMP) ## the vLLM environment for generation.engine=vllm (.venv-vllm; worker placement)
+
+bases: install ## rebuild the shipped offline worlds on this machine (bases/, their sha256 in bases/manifest.json)
+	$(PY) -m agon.world --ship $(ARGS)
 
 run: install ## run the default job (Agon on the offline world)
 	$(PY) -m agon.run $(ARGS)
@@ -117,5 +130,5 @@ config: install ## print the resolved default config
 clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
 	rm -rf outputs multirun figures smoke-real .pytest_cache
 
-.PHONY: help install sandbox-deps vllm-install test-vllm run run-ddp test test-full sweep figures mutation bench smoke-real bench-gpu config clean
+.PHONY: help install sandbox-deps vllm-install test-vllm bases lock run run-ddp test test-full sweep figures mutation bench smoke-real bench-gpu config clean
 .PHONY: gpu-wheels gpu-check-bare

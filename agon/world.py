@@ -12,9 +12,13 @@ it back through the same ``from_pretrained`` path a hub model takes.
 The warm start also trains the challenge format (problem, separator, a rival's recap), with recaps that are sometimes
 wrong, so the challenger's prompt is in distribution from step 0 and trusting a recap blindly is not free.
 
-The result is cached under ``$AGON_CACHE`` (default ``~/.cache/agon``) in a directory named by a hash of everything
-that shapes it; it is built in a temporary directory and renamed into place, under a file lock, so parallel runs
-never see half a model and build it once.
+The worlds listed in ``bases/worlds.yaml`` (the default world and the test world) are shipped in the
+repository, warm-started once, with each file's sha256 in ``bases/manifest.json``: a run whose world key matches
+one loads it from there after checking its hashes, so every CPU starts from the same weights with no warm start
+(the warm start's rounding differs by CPU, and with it every number after it). ``python -m agon.world --ship``
+(``make bases``) rebuilds them. Any other world is built and cached under ``$AGON_CACHE`` (default
+``~/.cache/agon``) in a directory named by a hash of everything that shapes it; it is built in a temporary directory
+and renamed into place, under a file lock, so parallel runs never see half a model and build it once.
 
 Left out on purpose: a learned BPE. Characters keep the vocabulary tiny, and arithmetic wants digits as tokens.
 """
@@ -249,10 +253,58 @@ def build_once(final: Path, build: Callable[[Path], None], marker: str, log=prin
     return final
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# the shipped bases
+
+BASES = Path(__file__).resolve().parents[1] / "bases"
+MANIFEST = "manifest.json"
+# set to 0 to ignore the shipped bases and build every world (how `--ship` rebuilds them)
+SHIPPED_ENV = "AGON_SHIPPED_BASES"
+
+
+class ShippedBaseMismatch(RuntimeError):
+    """A shipped base's files differ from the hashes in ``bases/manifest.json``."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def base_hashes(directory: Path) -> dict[str, str]:
+    """sha256 of every file of a base directory, by name."""
+    return {f.name: _sha256(f) for f in sorted(directory.iterdir()) if f.is_file()}
+
+
+def shipped_base(name: str, bases: Path | None = None) -> Path | None:
+    """``bases/<name>`` when the repository ships that world, after checking every file against the manifest; None
+    when it does not (or ``AGON_SHIPPED_BASES=0``). A file that differs stops the run, naming it."""
+    bases = bases or BASES
+    directory = bases / name
+    if os.environ.get(SHIPPED_ENV, "1") == "0" or not (directory / "world.json").is_file():
+        return None
+    manifest = json.loads((bases / MANIFEST).read_text()) if (bases / MANIFEST).is_file() else {}
+    expected, actual = manifest.get(name), base_hashes(directory)
+    if expected != actual:
+        wrong = sorted(k for k in set(expected or {}) | set(actual) if (expected or {}).get(k) != actual.get(k))
+        raise ShippedBaseMismatch(
+            f"the shipped base {directory} does not match {bases / MANIFEST}: {', '.join(wrong) or 'no entry'} "
+            f"differ. Restore it (git checkout -- {directory}) or rebuild every shipped base on this machine "
+            f"(make bases), or set {SHIPPED_ENV}=0 to build the world into $AGON_CACHE instead")
+    return directory
+
+
 def ensure_world(model_cfg: Any, task_cfg: Any = None, log=print) -> Path:
-    """Directory of the warm-started tiny model, building it on first use. Safe under concurrent callers."""
+    """Directory of the warm-started tiny model: the shipped base where the repository has this world, else the
+    cached one, built on first use. Safe under concurrent callers."""
     task_cfg = world_task_cfg(task_cfg)
-    final = cache_root() / f"tiny-{world_key(model_cfg, task_cfg)}"
+    key = world_key(model_cfg, task_cfg)
+    if (shipped := shipped_base(f"tiny-{key}")) is not None:
+        return shipped
+    final = cache_root() / f"tiny-{key}"
 
     def build(tmp: Path) -> None:
         tokenizer = build_tokenizer()
@@ -264,3 +316,57 @@ def ensure_world(model_cfg: Any, task_cfg: Any = None, log=print) -> Path:
         (tmp / "world.json").write_text(json.dumps({"key": final.name, "version": WORLD_VERSION, **stats}))
 
     return build_once(final, build, "world.json", log, what="the offline model (one-time warm start)")
+
+
+def ship(names: list[str] | None = None, log=print) -> dict[str, str]:
+    """Build the worlds ``bases/worlds.yaml`` lists (``names``: some of them) on this machine, store them as
+    ``bases/tiny-<key>/`` and rewrite the manifest; a shipped world no longer listed is removed. {name: key}."""
+    import yaml
+
+    from agon.config import compose_config
+
+    listed = yaml.safe_load((BASES / "worlds.yaml").read_text())
+    unknown = sorted(set(names or ()) - set(listed))
+    if unknown:
+        raise ValueError(f"no world named {unknown} in {BASES / 'worlds.yaml'} (it lists {sorted(listed)})")
+    manifest = json.loads((BASES / MANIFEST).read_text()) if (BASES / MANIFEST).is_file() else {}
+    keys = {}
+    for name, overrides in listed.items():
+        cfg = compose_config(list(overrides))
+        keys[name] = f"tiny-{world_key(cfg.model, world_task_cfg(cfg.task))}"
+        if names and name not in names:
+            if keys[name] not in manifest and (BASES / keys[name] / "world.json").is_file():
+                manifest[keys[name]] = base_hashes(BASES / keys[name])  # shipped by an earlier, unfinished --ship
+            continue
+        with tempfile.TemporaryDirectory() as cache:
+            previous = {k: os.environ.get(k) for k in ("AGON_CACHE", SHIPPED_ENV)}
+            os.environ.update({"AGON_CACHE": cache, SHIPPED_ENV: "0"})
+            try:
+                built = ensure_world(cfg.model, cfg.task, log=log)
+            finally:
+                for k, v in previous.items():
+                    os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+            target = BASES / keys[name]
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(built, target)
+            target.chmod(0o755)  # readable by every user of the checkout, as git would leave it
+            for f in target.iterdir():
+                f.chmod(0o644)
+        manifest[keys[name]] = base_hashes(target)
+        log(f"[world] shipped {name} as {target}")
+    for stale in set(manifest) - set(keys.values()):
+        shutil.rmtree(BASES / stale, ignore_errors=True)
+        manifest.pop(stale)
+    (BASES / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return keys
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="the offline worlds shipped in bases/")
+    parser.add_argument("--ship", nargs="*", metavar="NAME", help="rebuild these shipped worlds (all when none named)")
+    args = parser.parse_args()
+    if args.ship is None:
+        parser.error("nothing to do: --ship [NAME ...]")
+    print(json.dumps(ship(args.ship or None), indent=1))

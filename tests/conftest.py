@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 import agon.config
@@ -45,22 +46,8 @@ TINY = [
 # 400 supervised steps stop the base at about 55% held-out accuracy sampled at temperature 1 (71% greedy), so rewards
 # spread within groups and RL has room: 40 Agon steps took the cascade from 44% to 61% (seed 0) and 46% to 63%
 # (seed 1). 300 steps gave 27% sampled but 35% greedy, too little room for RL to show; 150 gave 7%.
-TEST_WORLD = [
-    "model.tiny.hidden_size=64",
-    "model.tiny.num_layers=2",
-    "model.tiny.num_heads=2",
-    "model.tiny.num_kv_heads=1",
-    "model.tiny.intermediate_size=128",
-    "model.tiny.warmup_steps=400",
-    "model.tiny.warmup_batch_size=32",
-    "model.lora.rank=4",
-    "model.lora.alpha=8",
-    "task.min_terms=3",
-    "task.max_terms=3",
-    "task.max_operand=5",
-    "task.heldout_size=100",
-    "task.train_size=400",
-]
+# the test world is one of the shipped bases (bases/worlds.yaml): loaded from the repository, never warm-started
+TEST_WORLD = list(yaml.safe_load((Path(__file__).parents[1] / "bases" / "worlds.yaml").read_text())["test"])
 SMALL_RUN = [
     "trainer.max_steps=2",
     "trainer.prompts_per_step=2",

@@ -179,3 +179,77 @@ def test_a_reasoning_gym_dataset_gets_a_world_that_solves_some_of_it(agon_cache,
     # measured: 17.5% against 0% (80 drafts each)
     assert accuracy["own"] > 0.1 and accuracy["own"] > accuracy["arith"] + 0.1, accuracy
     assert sum(v.format_ok for v in own) / len(own) > 0.8
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the shipped bases (bases/): the same weights on every CPU
+
+
+def _listed() -> dict[str, list[str]]:
+    import yaml
+
+    return yaml.safe_load((world.BASES / "worlds.yaml").read_text())
+
+
+def test_every_listed_world_is_shipped_and_matches_its_hashes():
+    """A change to what shapes a listed world (its config, WORLD_VERSION, the task's keys) changes its key: the
+    shipped directory is then missing for it and this fails until `make bases` rebuilds it."""
+    import json
+
+    manifest = json.loads((world.BASES / world.MANIFEST).read_text())
+    shipped = sorted(p.name for p in world.BASES.iterdir() if p.is_dir())
+    keys = {}
+    for name, overrides in _listed().items():
+        cfg = compose_config(list(overrides))
+        keys[name] = f"tiny-{world.world_key(cfg.model, world.world_task_cfg(cfg.task))}"
+        assert keys[name] in shipped, f"the shipped base of {name!r} ({keys[name]}) is missing: run make bases"
+        assert world.shipped_base(keys[name]) == world.BASES / keys[name]
+    assert sorted(manifest) == shipped == sorted(keys.values())
+    for name in shipped:
+        files = set(manifest[name])
+        assert {"model.safetensors", "config.json", "world.json", "tokenizer.json"} <= files, files
+        assert (world.BASES / name / "model.safetensors").stat().st_size < 16 << 20
+
+
+def test_a_shipped_base_loads_without_a_warm_start(monkeypatch, tmp_path):
+    monkeypatch.setenv("AGON_CACHE", str(tmp_path))
+
+    def no_warm_start(*args, **kwargs):
+        raise AssertionError("the shipped base was warm-started again")
+
+    monkeypatch.setattr(world, "warm_start", no_warm_start)
+    cfg = compose_config(TEST_WORLD)
+    path = world.ensure_world(cfg.model, cfg.task, log=lambda *_: None)
+    assert path.parent == world.BASES and list(tmp_path.iterdir()) == []
+    # with the shipped bases turned off, the same world is built into the cache instead
+    monkeypatch.setenv(world.SHIPPED_ENV, "0")
+    monkeypatch.setattr(world, "warm_start", lambda *a, **k: {})
+    assert world.ensure_world(cfg.model, cfg.task, log=lambda *_: None).parent == tmp_path
+
+
+@pytest.mark.parametrize("tamper", ["flip a byte of the weights", "add a file", "drop the manifest entry"])
+def test_a_shipped_base_that_differs_from_its_hash_stops_the_run_naming_the_file(tmp_path, tamper):
+    import json
+    import shutil
+
+    cfg = compose_config(TEST_WORLD)
+    name = f"tiny-{world.world_key(cfg.model, world.world_task_cfg(cfg.task))}"
+    shutil.copytree(world.BASES / name, tmp_path / name)
+    manifest = json.loads((world.BASES / world.MANIFEST).read_text())
+    (tmp_path / world.MANIFEST).write_text(json.dumps({name: manifest[name]}))
+    assert world.shipped_base(name, bases=tmp_path) == tmp_path / name
+    weights = tmp_path / name / "model.safetensors"
+    if tamper == "flip a byte of the weights":
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 1
+        weights.write_bytes(bytes(data))
+        match = "model.safetensors differ"
+    elif tamper == "add a file":
+        (tmp_path / name / "extra.bin").write_bytes(b"x")
+        match = "extra.bin differ"
+    else:
+        (tmp_path / world.MANIFEST).write_text("{}")
+        match = "differ"
+    with pytest.raises(world.ShippedBaseMismatch, match=match) as err:
+        world.shipped_base(name, bases=tmp_path)
+    assert "make bases" in str(err.value) and "git checkout" in str(err.value)

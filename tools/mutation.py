@@ -38,8 +38,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# what the tests read: the packed results and the pages quoting them (tests/analysis/test_results.py), the sweeper
-COPIED = ("agon", "analysis", "conf", "sweeps", "tests", "pyproject.toml", "results", "docs", "hydra_plugins")
+# what the tests read: the packed results and the pages quoting them (tests/analysis/test_results.py), the sweeper,
+# the shipped bases
+COPIED = ("agon", "analysis", "conf", "sweeps", "tests", "pyproject.toml", "results", "docs", "hydra_plugins",
+          "bases")
 
 # the test files that cover each core module, fastest first (pytest stops at the first failure)
 TESTS = {
