@@ -345,7 +345,10 @@ def ship(names: list[str] | None = None, log=print) -> dict[str, str]:
                 built = ensure_world(cfg.model, cfg.task, log=log)
             finally:
                 for k, v in previous.items():
-                    os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
             target = BASES / keys[name]
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(built, target)
