@@ -253,3 +253,25 @@ def test_a_shipped_base_that_differs_from_its_hash_stops_the_run_naming_the_file
     with pytest.raises(world.ShippedBaseMismatch, match=match) as err:
         world.shipped_base(name, bases=tmp_path)
     assert "make bases" in str(err.value) and "git checkout" in str(err.value)
+
+
+def test_make_bases_ships_the_listed_worlds_and_drops_the_unlisted(tmp_path, monkeypatch):
+    import json
+
+    import yaml
+
+    monkeypatch.setattr(world, "BASES", tmp_path)
+    (tmp_path / "worlds.yaml").write_text(yaml.safe_dump({"small": TINY, "other": TINY + ["task.max_operand=6"]}))
+    keys = world.ship(log=lambda *_: None)
+    manifest = json.loads((tmp_path / world.MANIFEST).read_text())
+    assert sorted(manifest) == sorted(keys.values()) and len(set(keys.values())) == 2
+    cfg = compose_config(TINY)
+    with monkeypatch.context() as patch:
+        patch.setattr(world, "warm_start", lambda *a, **k: pytest.fail("shipped, yet warm-started"))
+        assert world.ensure_world(cfg.model, cfg.task, log=lambda *_: None) == tmp_path / keys["small"]
+    (tmp_path / "worlds.yaml").write_text(yaml.safe_dump({"small": TINY}))
+    assert world.ship([], log=lambda *_: None) == {"small": keys["small"]}  # nothing named: all listed, rebuilt
+    assert sorted(json.loads((tmp_path / world.MANIFEST).read_text())) == [keys["small"]]
+    assert not (tmp_path / keys["other"]).exists()
+    with pytest.raises(ValueError, match="no world named"):
+        world.ship(["nope"], log=lambda *_: None)
