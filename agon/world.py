@@ -279,6 +279,12 @@ def base_hashes(directory: Path) -> dict[str, str]:
     return {f.name: _sha256(f) for f in sorted(directory.iterdir()) if f.is_file()}
 
 
+def read_manifest(bases: Path) -> dict[str, dict[str, str]]:
+    """``bases/manifest.json``: {base directory: {file: sha256}}, empty where there is none yet."""
+    path = bases / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def shipped_base(name: str, bases: Path | None = None) -> Path | None:
     """``bases/<name>`` when the repository ships that world, after checking every file against the manifest; None
     when it does not (or ``AGON_SHIPPED_BASES=0``). A file that differs stops the run, naming it."""
@@ -286,8 +292,7 @@ def shipped_base(name: str, bases: Path | None = None) -> Path | None:
     directory = bases / name
     if os.environ.get(SHIPPED_ENV, "1") == "0" or not (directory / "world.json").is_file():
         return None
-    manifest = json.loads((bases / MANIFEST).read_text()) if (bases / MANIFEST).is_file() else {}
-    expected, actual = manifest.get(name), base_hashes(directory)
+    expected, actual = read_manifest(bases).get(name), base_hashes(directory)
     if expected != actual:
         wrong = sorted(k for k in set(expected or {}) | set(actual) if (expected or {}).get(k) != actual.get(k))
         raise ShippedBaseMismatch(
@@ -329,7 +334,7 @@ def ship(names: list[str] | None = None, log=print) -> dict[str, str]:
     unknown = sorted(set(names or ()) - set(listed))
     if unknown:
         raise ValueError(f"no world named {unknown} in {BASES / 'worlds.yaml'} (it lists {sorted(listed)})")
-    manifest = json.loads((BASES / MANIFEST).read_text()) if (BASES / MANIFEST).is_file() else {}
+    manifest = read_manifest(BASES)
     keys = {}
     for name, overrides in listed.items():
         cfg = compose_config(list(overrides))

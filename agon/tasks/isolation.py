@@ -331,16 +331,24 @@ class RunCgroup:
 UID_LOCK_DIR = Path("/run/agon-sandbox/uid-locks")
 
 
-def _run_cgroup_name(pid: int) -> str | None:
-    """The sandbox run cgroup (``.../agon-sandbox/run-*``) process ``pid`` is in, None when none."""
+def run_cgroup_owner(name: str) -> int | None:
+    """The pid of the process whose sandbox made the run cgroup ``name`` (``run-<pid>-<n>``), None for any other
+    name: what tells one trainer's runs from another's on a shared host, even after the trainer died."""
+    parts = name.split("-")
+    ok = len(parts) == 3 and parts[0] == "run" and parts[1].isdigit() and parts[2].isdigit()
+    return int(parts[1]) if ok else None
+
+
+def run_cgroup_owner_of(pid: int) -> int | None:
+    """The pid of the trainer whose run cgroup process ``pid`` is in, None when it is in none."""
     try:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
         return None
-    for line in lines:
-        path = line.split(":", 2)[-1]
-        if f"/{Cgroups.NAME}/run-" in path:
-            return path
+    for line in lines:  # "4:memory:/agon-sandbox/run-123-7" (v1, one line per hierarchy) or "0::/..." (v2)
+        parent, _, name = line.split(":", 2)[-1].rpartition("/")
+        if parent.rpartition("/")[2] == Cgroups.NAME and (owner := run_cgroup_owner(name)) is not None:
+            return owner
     return None
 
 
@@ -364,7 +372,7 @@ def foreign_uid_users(uids: range, processes: bool = True) -> list[str]:
         fields = {k: v.split() for k, _, v in (ln.partition(":") for ln in status.splitlines())}
         real = int(fields.get("Uid", ["-1"])[0])
         zombie = fields.get("State", ["?"])[0] in ("Z", "X")  # an exited run's process is in no cgroup any more
-        if real in uids and not zombie and _run_cgroup_name(int(entry)) is None:
+        if real in uids and not zombie and run_cgroup_owner_of(int(entry)) is None:
             name = " ".join(fields.get("Name", ["?"]))
             found.append(f"pid {entry} ({name}) runs as uid {real} outside any sandbox run")
     return found

@@ -74,7 +74,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol, runtime_checkable
 
-from agon.tasks.isolation import UID_BASE, UID_SLOTS, Cgroups, RunCgroup, SandboxUnavailable, UidSlots, seccomp_filter
+from agon.tasks.isolation import (
+    UID_BASE,
+    UID_SLOTS,
+    Cgroups,
+    RunCgroup,
+    SandboxUnavailable,
+    UidSlots,
+    run_cgroup_owner,
+    seccomp_filter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -333,14 +342,6 @@ def remove_stale_workdirs(tmp_root: str) -> int:
     return removed
 
 
-def run_cgroup_owner(name: str) -> int | None:
-    """The pid of the process whose sandbox made the run cgroup ``name`` (``run-<pid>-<n>``), None for any other
-    name: what tells one trainer's runs from another's on a shared host, even after the trainer died."""
-    parts = name.split("-")
-    ok = len(parts) == 3 and parts[0] == "run" and parts[1].isdigit() and parts[2].isdigit()
-    return int(parts[1]) if ok else None
-
-
 def _remove_stale_cgroups(cgroups: Cgroups) -> None:
     names = {d.name for parent in cgroups.parents.values() if parent.is_dir() for d in parent.iterdir() if d.is_dir()}
     for name in names:
@@ -382,6 +383,8 @@ class LocalSandbox:
         self.python, self.network = python, network
         self.tmp_root = tmp_root or tempfile.gettempdir()
         self.bwrap = bwrap or shutil.which("bwrap")
+        # where the run's PATH finds it (the trainer's PATH is not the run's)
+        self.setpriv = shutil.which("setpriv", path=ENV_ALLOWLIST["PATH"])
         remove_stale_workdirs(self.tmp_root)
         self.cgroups, no_cgroup = Cgroups.detect()
         if self.cgroups is not None:
@@ -429,8 +432,8 @@ class LocalSandbox:
             return "not running as root (a uid per run needs root)"
         if not os.access(self.python, os.X_OK):
             return f"{self.python} not found"
-        if shutil.which("setpriv") is None:
-            return "setpriv (util-linux) not found"
+        if self.setpriv is None:
+            return f"setpriv (util-linux) not found on {ENV_ALLOWLIST['PATH']}"
         try:
             seccomp_filter()
         except SandboxUnavailable as exc:
@@ -499,7 +502,7 @@ class LocalSandbox:
                "--unshare-cgroup-try", "--hostname", "sandbox"]
         if not self.network:
             cmd.append("--unshare-net")
-        cmd += runtime_mounts(self.python, shutil.which("setpriv", path=ENV_ALLOWLIST["PATH"]) or "setpriv")
+        cmd += runtime_mounts(self.python, self.setpriv)
         cmd += ["--proc", "/proc", "--dev", "/dev"]
         for tmpfs in ("/dev/shm", "/tmp", "/work"):
             cmd += ["--perms", "1777", "--size", size, "--tmpfs", tmpfs]

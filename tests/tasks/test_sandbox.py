@@ -31,7 +31,15 @@ import psutil
 import pytest
 
 from agon.tasks import sandbox as sbx
-from agon.tasks.isolation import UID_BASE, UID_SLOTS, Cgroups, RunCgroup, SandboxUnavailable, UidSlots, seccomp_filter
+from agon.tasks.isolation import (
+    UID_BASE,
+    UID_SLOTS,
+    RunCgroup,
+    SandboxUnavailable,
+    UidSlots,
+    run_cgroup_owner_of,
+    seccomp_filter,
+)
 from agon.tasks.sandbox import (
     ISOLATION_BWRAP,
     ISOLATION_UNSAFE,
@@ -57,19 +65,6 @@ _BASELINE_CHILDREN = {c.pid for c in psutil.Process().children(recursive=True)}
 SANDBOX_UIDS = range(UID_BASE, UID_BASE + UID_SLOTS)
 
 
-def _run_cgroup_owner_of(pid: int) -> int | None:
-    """The pid of the trainer whose run cgroup process ``pid`` is in, None when it is in none."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:  # "4:memory:/agon-sandbox/run-123-7" (v1, one line per hierarchy) or "0::/..." (v2)
-        parent, _, name = line.split(":", 2)[-1].rpartition("/")
-        if parent.rpartition("/")[2] == Cgroups.NAME and (owner := run_cgroup_owner(name)) is not None:
-            return owner
-    return None
-
-
 def run_processes(owners: Iterable[int]) -> list[psutil.Process]:
     """The live processes of the sandbox runs that the processes ``owners`` started: every process in one of their
     run cgroups (a run's processes cannot leave it, and its name keeps the owner's pid after the owner died), and
@@ -78,7 +73,7 @@ def run_processes(owners: Iterable[int]) -> list[psutil.Process]:
     owners = set(owners)
     found: dict[int, psutil.Process] = {}
     for p in psutil.process_iter(["status"]):
-        if p.info["status"] != psutil.STATUS_ZOMBIE and _run_cgroup_owner_of(p.pid) in owners:
+        if p.info["status"] != psutil.STATUS_ZOMBIE and run_cgroup_owner_of(p.pid) in owners:
             found[p.pid] = p
     for owner in owners:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -646,7 +641,7 @@ def test_another_trainers_runs_beside_this_test_are_not_its_leftovers_and_its_ow
                         time.sleep(60)
                     """)
         left = run_processes([os.getpid()])
-        assert left and all(_run_cgroup_owner_of(p.pid) == os.getpid() for p in left)  # found by its cgroup
+        assert left and all(run_cgroup_owner_of(p.pid) == os.getpid() for p in left)  # found by its cgroup
     finally:
         launcher.stdin.close()  # the other trainer ends at the end of its input
         with contextlib.suppress(psutil.NoSuchProcess):
