@@ -16,6 +16,13 @@ orders. The headline (``eval/accuracy``) is, per method:
 The second stage sees the recap under ``exchange=visible`` and the plain prompt under ``exchange=hidden``, the same
 information it had in training. Keys that do not apply to a method are None (null in summary.json).
 
+Divergence: ``eval/agree_AB`` is the chance that a draft of A and a draft of B to the same problem commit to the
+same answer (``agon.tasks.text.final_answer``; no answer agrees with nothing), ``eval/agree_AA`` and
+``eval/agree_BB`` the chance that two different drafts of one adapter do, each averaged over problems, and
+``eval/divergence`` is mean(agree_AA, agree_BB) - agree_AB. Two adapters that act as one policy score 0 in
+expectation (the A-B pairs are then draws from one policy, like the A-A pairs); adapters with blind spots of their
+own score above it. It needs both adapters drafting and 2+ samples per problem, else None.
+
 Playing and scoring are separate: ``evaluate`` plays the pipelines, then ``summarise``, a pure function of the
 played games, builds the eval.jsonl rows and the metrics, so the definitions above can be checked on games built
 by hand (tests/test_cascade.py) and the analysis fixtures are written by the same code. With several processes,
@@ -43,6 +50,7 @@ from agon.methods import get_method
 from agon.policies import Policies
 from agon.rollout import Attempt, Game, play_split
 from agon.tasks import Problem, Task
+from agon.tasks.text import final_answer
 
 NAMES = {None: "base"}
 
@@ -142,8 +150,48 @@ def summarise(games: Mapping[str, Game], headline: Sequence[str], *, step: int, 
         # each completion once: the solo rows repeat the drafts and are not counted again
         "eval/verifier_failures": sum(a.verdict.failed for a in attempts),
         "eval/headline_orders": list(headline),
+        **divergence(_answers_by_problem(games, "A"), _answers_by_problem(games, "B")),
     }
     return EvalResult(metrics, rows, dict(games))
+
+
+Answers = dict[str, list[str | None]]
+
+
+def _answers_by_problem(games: Mapping[str, Game], adapter: str) -> Answers:
+    """{problem id: the final answer of each draft ``adapter`` wrote for it}, over every game it drafted."""
+    out: Answers = {}
+    for game in games.values():
+        if _name(game.drafter) == adapter:
+            for rnd in game.rounds:
+                out.setdefault(rnd.problem.id, []).append(final_answer(rnd.draft.completion.text))
+    return out
+
+
+def agreement(left: Answers, right: Answers | None = None) -> float | None:
+    """Mean over problems of the chance that two drafts commit to the same answer: a draft of ``left`` and one of
+    ``right``, every pair; or with ``right`` None, two different drafts of ``left``. None answers never agree.
+    None when no problem has a pair."""
+
+    def same(x: str | None, y: str | None) -> float:
+        return float(x is not None and x == y)
+
+    rates = []
+    for pid, xs in left.items():
+        if right is None:
+            pairs = [(xs[i], xs[j]) for i in range(len(xs)) for j in range(i + 1, len(xs))]
+        else:
+            pairs = [(x, y) for x in xs for y in right.get(pid, ())]
+        if pairs:
+            rates.append(sum(same(x, y) for x, y in pairs) / len(pairs))
+    return _mean(rates)
+
+
+def divergence(a: Answers, b: Answers) -> dict[str, float | None]:
+    """``eval/agree_AB``, ``eval/agree_AA``, ``eval/agree_BB`` and ``eval/divergence`` (module docstring)."""
+    ab, aa, bb = agreement(a, b), agreement(a), agreement(b)
+    div = None if None in (ab, aa, bb) else (aa + bb) / 2 - ab  # type: ignore[operator]
+    return {"eval/agree_AB": ab, "eval/agree_AA": aa, "eval/agree_BB": bb, "eval/divergence": div}
 
 
 def _rows(order: str, game: Game, step: int, phase: str) -> list[dict[str, Any]]:
@@ -157,5 +205,6 @@ def _rows(order: str, game: Game, step: int, phase: str) -> list[dict[str, Any]]
                       (_name(game.drafter), "final", rnd.draft)]
         rows += [{"step": step, "phase": phase, "order": o, "stage": stage, "problem_id": rnd.problem.id,
                   "sample": i % game.group_size, "correct": a.verdict.correct, "format_ok": a.verdict.format_ok,
-                  "tokens": a.completion.n_tokens, "status": a.verdict.status} for o, stage, a in stages]
+                  "tokens": a.completion.n_tokens, "status": a.verdict.status,
+                  "answer": final_answer(a.completion.text)} for o, stage, a in stages]
     return rows

@@ -124,6 +124,25 @@ class ArithmeticTaskConfig(TaskConfig):
 
 
 @dataclass
+class TargetSumTaskConfig(TaskConfig):
+    kind: str = "target_sum"
+    name: str = "target_sum"
+    # compact, as the tiny model reads it
+    challenge_template: str = "{problem}|{recap}"
+    # fewest and most operands per problem (a worked 4-operand search is up to 14 steps)
+    min_terms: int = 3
+    max_terms: int = 4
+    # operands are drawn from [1, max_operand]
+    max_operand: int = 9
+    train_size: int = 100_000
+    # share of the warm start's challenges whose rival recap is wrong (with the right chain as the target): 0 leaves
+    # checking a recap to RL; the arithmetic world's warm start uses 0.3
+    warm_start_wrong_recaps: float = 0.0
+    # share of the warm start's challenges (right recaps) answered by reusing the recap, the rest by a new search
+    warm_start_reuse: float = 0.5
+
+
+@dataclass
 class ReasoningGymTaskConfig(TaskConfig):
     kind: str = "reasoning_gym"
     name: str = "basic_arithmetic"
@@ -219,10 +238,15 @@ class RotationConfig:
 
 @dataclass
 class InitConfig:
-    # divergent: B's lora_B gets a seeded Gaussian perturbation; symmetric: both zero-init
+    # divergent: B's lora_B gets a seeded Gaussian perturbation; symmetric: both zero-init; split (not the paper's):
+    # each adapter first trained on worked solutions of its own half of the training pool
     mode: str = "divergent"
     std: float = 0.02
     seed: int = 0
+    # split only: supervised steps per adapter, their learning rate and problems per step
+    steps: int = 0
+    lr: float = 1e-3
+    batch_size: int = 32
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -427,6 +451,7 @@ GROUP_SCHEMAS: dict[str, list[tuple[str, type]]] = {
     "model": [("model_schema", ModelConfig)],
     "task": [
         ("arithmetic_schema", ArithmeticTaskConfig),
+        ("target_sum_schema", TargetSumTaskConfig),
         ("reasoning_gym_schema", ReasoningGymTaskConfig),
         ("deepmath_schema", DeepMathTaskConfig),
         ("codecontests_schema", CodeContestsTaskConfig),
@@ -501,7 +526,7 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
 EXCHANGES = ("visible", "hidden")
 ROTATIONS = ("alternate", "fixed")
 WARM_STARTS = ("own", "arithmetic")
-INITS = ("divergent", "symmetric")
+INITS = ("divergent", "symmetric", "split")
 SCALE_REWARDS = ("group", "batch", "none")
 DTYPES = ("float32", "bfloat16", "float16")
 PLACEMENTS = ("auto", "inprocess", "worker")
@@ -522,6 +547,13 @@ def _one_of(key: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
 def _check_warm_start(task: Any) -> None:
     if task.kind == "reasoning_gym":
         _one_of("task.warm_start", task.warm_start, WARM_STARTS)
+    if task.kind == "target_sum":
+        if not 2 <= task.min_terms <= task.max_terms:
+            raise ConfigError(f"task.min_terms={task.min_terms} must be at least 2 and at most task.max_terms "
+                              f"({task.max_terms})")
+        for key in ("warm_start_wrong_recaps", "warm_start_reuse"):
+            if not 0 <= task[key] <= 1:
+                raise ConfigError(f"task.{key}={task[key]} must be a share between 0 and 1")
     if task.kind != "arithmetic":
         return
     lo = task.warm_start_min_terms if task.warm_start_min_terms is not None else task.min_terms

@@ -34,6 +34,8 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import random
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -230,9 +232,11 @@ def resolve_device(choice: str) -> str:
     return ("cuda" if torch.cuda.is_available() else "cpu") if choice == "auto" else choice
 
 
-def build_policies(cfg: Any, model, tokenizer) -> "Policies":
+def build_policies(cfg: Any, model, tokenizer, task: Any = None) -> "Policies":
     """The run's adapters on ``model``, initialised as ``cfg.init`` says: ``divergent`` gives B's ``lora_B`` a
-    seeded Gaussian perturbation (seed ``init.seed + seed``), ``symmetric`` leaves both at PEFT's zero init."""
+    seeded Gaussian perturbation (seed ``init.seed + seed``), ``symmetric`` leaves both at PEFT's zero init,
+    ``split`` (not the paper's) trains each adapter on its own half of ``task``'s worked solutions
+    (``split_init``). Without ``task`` (adapters about to be loaded) ``split`` leaves them at zero."""
     from agon.families import get_family
     from agon.methods import get_method
 
@@ -240,7 +244,45 @@ def build_policies(cfg: Any, model, tokenizer) -> "Policies":
                         cfg.model.gradient_checkpointing, get_family(cfg.model.family))
     if "B" in policies.adapters and cfg.init.mode == "divergent":
         policies.perturb("B", cfg.init.std, seed=cfg.init.seed + cfg.seed)
+    if cfg.init.mode == "split" and task is not None:
+        split_init(policies, task, cfg)
     return policies
+
+
+def split_half(problem_id: str, halves: int = 2) -> int:
+    """Which half of the training pool a problem is in: a stable hash of its id (the same on every machine)."""
+    return zlib.crc32(problem_id.encode()) % halves
+
+
+def split_init(policies: "Policies", task: Any, cfg: Any) -> dict[str, float]:
+    """Each adapter (the k-th of n) trained ``init.steps`` supervised steps (AdamW, ``init.lr``, ``init.batch_size``
+    problems each, seeded by ``init.seed + seed``) on the worked solutions of the problems ``split_half`` puts in
+    part k of n: the same data distribution, different data, so the adapters start with blind spots of their own.
+    Not the paper's init (an ablation for a testbed where A and B otherwise act as one policy). {adapter: last
+    loss}."""
+    from agon.rollout import render
+    from agon.world import supervised_loss
+
+    pool = [p for p in task.train_problems() if task.worked_solution(p) is not None]
+    if not pool:
+        raise ValueError(f"init=split needs worked solutions, and task {task.cfg.name!r} has none")
+    rng = random.Random(cfg.init.seed + cfg.seed)
+    losses = {}
+    for k, name in enumerate(policies.adapters):
+        half = [p for p in pool if split_half(p.id, len(policies.adapters)) == k]
+        opt = torch.optim.AdamW(policies.parameters(name), lr=cfg.init.lr)
+        with policies.use_adapter(name):  # the model stays in train mode, as Policies keeps it
+            for _ in range(cfg.init.steps):
+                batch = [half[rng.randrange(len(half))] for _ in range(cfg.init.batch_size)]
+                pairs = [(render(policies, task, cfg.model, task.user_message(p)),
+                          task.worked_solution(p) + policies.tokenizer.eos_token) for p in batch]
+                loss = supervised_loss(policies.model, policies.tokenizer, pairs)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                losses[name] = float(loss)
+        policies.mark_updated(name)
+    return losses
 
 
 class Policies:

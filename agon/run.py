@@ -100,7 +100,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, recorder: Any, ranks: Ranks = 
             task = build_task(cfg.task)
             check_context(cfg, task, *load_tokenizer(cfg.model))
             model, tokenizer = load_base(cfg.model, cfg.task, device=ranks.device)
-        policies = build_policies(cfg, model, tokenizer)
+        policies = build_policies(cfg, model, tokenizer, task)
         if ranks.world > 1:
             ranks.broadcast_([p for name in policies.adapters for p in policies.parameters(name)])
             torch.manual_seed(cfg.seed + ranks.rank)  # each rank samples its own completions

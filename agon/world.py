@@ -12,8 +12,8 @@ it back through the same ``from_pretrained`` path a hub model takes.
 The warm start also trains the challenge format (problem, separator, a rival's recap), with recaps that are sometimes
 wrong, so the challenger's prompt is in distribution from step 0 and trusting a recap blindly is not free.
 
-The worlds listed in ``bases/worlds.yaml`` (the default world and the test world) are shipped in the
-repository, warm-started once, with each file's sha256 in ``bases/manifest.json``: a run whose world key matches
+The worlds listed in ``bases/worlds.yaml`` (the default world, the test world, products, target sum) are shipped in
+the repository, warm-started once, with each file's sha256 in ``bases/manifest.json``: a run whose world key matches
 one loads it from there after checking its hashes, so every CPU starts from the same weights with no warm start
 (the warm start's rounding differs by CPU, and with it every number after it). ``python -m agon.world --ship``
 (``make bases``) rebuilds them. Any other world is built and cached under ``$AGON_CACHE`` (default
@@ -105,19 +105,45 @@ def build_model(tiny: Any, vocab_size: int, seed: int = 0):
 # warm start
 
 
+# share of the warm start's challenges whose rival recap is wrong, where the task has no ``warm_start_wrong_recaps``
+WRONG_RECAPS = 0.3
+
+
 def _warm_start_texts(task, pool, n: int, rng: random.Random, tokenizer) -> list[tuple[str, str]]:
-    """(prompt, completion) pairs: half plain problems, half challenges with a rival's recap (30% of them wrong)."""
+    """(prompt, completion) pairs: half plain problems, half challenges with a rival's recap (``WRONG_RECAPS`` of
+    them wrong, or the task's ``warm_start_wrong_recaps``), answered as the task's ``warm_start_challenge`` says."""
+    wrong_share = float(task.cfg.get("warm_start_wrong_recaps", WRONG_RECAPS))
     out = []
     for _ in range(n):
         problem = pool[rng.randrange(len(pool))]
-        message = task.user_message(problem)
+        message, target = task.user_message(problem), None
         if rng.random() < 0.5:
-            rival = task.worked_solution(problem, rng if rng.random() < 0.3 else None)
+            wrong = rng.random() < wrong_share
+            rival = task.worked_solution(problem, rng if wrong else None)
             message = task.challenge_message(problem, task.recap(rival))
+            target = task.warm_start_challenge(problem, wrong, rng)
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
                                                add_generation_prompt=True)
-        out.append((prompt, task.worked_solution(problem) + tokenizer.eos_token))
+        out.append((prompt, (target or task.worked_solution(problem)) + tokenizer.eos_token))
     return out
+
+
+def supervised_loss(model, tokenizer, pairs: list[tuple[str, str]]) -> torch.Tensor:
+    """Mean cross-entropy of the completions given their prompts (prompt tokens and padding unscored), one batch of
+    (prompt, completion) texts, right-padded."""
+    prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in pairs]
+    comp_ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for _, c in pairs]
+    width = max(len(p) + len(c) for p, c in zip(prompt_ids, comp_ids))
+    ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
+    labels = torch.full((len(pairs), width), -100)
+    attn = torch.zeros((len(pairs), width), dtype=torch.long)
+    for i, (p, c) in enumerate(zip(prompt_ids, comp_ids)):
+        seq = p + c
+        ids[i, : len(seq)] = torch.tensor(seq)
+        labels[i, len(p) : len(seq)] = torch.tensor(c)
+        attn[i, : len(seq)] = 1
+    device = next(model.parameters()).device
+    return model(input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device)).loss
 
 
 def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[str, float]:
@@ -146,18 +172,7 @@ def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[st
     t0, loss_ema = time.time(), None
     for step in range(tiny.warmup_steps):
         pairs = _warm_start_texts(task, pool, tiny.warmup_batch_size, rng, tokenizer)
-        prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in pairs]
-        comp_ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for _, c in pairs]
-        width = max(len(p) + len(c) for p, c in zip(prompt_ids, comp_ids))
-        ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
-        labels = torch.full((len(pairs), width), -100)
-        attn = torch.zeros((len(pairs), width), dtype=torch.long)
-        for i, (p, c) in enumerate(zip(prompt_ids, comp_ids)):
-            seq = p + c  # right padding for training
-            ids[i, : len(seq)] = torch.tensor(seq)
-            labels[i, len(p) : len(seq)] = torch.tensor(c)
-            attn[i, : len(seq)] = 1
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        loss = supervised_loss(model, tokenizer, pairs)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -177,6 +192,8 @@ def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[st
 # train_size too: the warm start draws its problems from the training split, so two sizes are two worlds
 ARITHMETIC_KEYS = ("min_terms", "max_terms", "max_operand", "split_seed", "heldout_size", "challenge_template",
                   "instruction", "train_size")
+TARGET_SUM_KEYS = ("min_terms", "max_terms", "max_operand", "split_seed", "heldout_size", "challenge_template",
+                   "instruction", "train_size", "warm_start_wrong_recaps", "warm_start_reuse")
 REASONING_GYM_KEYS = ("name", "train_size", "split_seed", "heldout_size", "challenge_template", "instruction",
                       "system_prompt")
 
@@ -187,6 +204,8 @@ def world_key(model_cfg: Any, task_cfg: Any) -> str:
         vars(model_cfg.tiny))
     if task_cfg.kind == "arithmetic":  # the key of every world built before other families had worlds of their own
         task = {k: task_cfg[k] for k in ARITHMETIC_KEYS}
+    elif task_cfg.kind == "target_sum":
+        task = {"kind": task_cfg.kind, **{k: task_cfg[k] for k in TARGET_SUM_KEYS}}
     else:
         from agon.tasks.reasoning_gym import dataset_kwargs
 
@@ -197,12 +216,13 @@ def world_key(model_cfg: Any, task_cfg: Any) -> str:
 
 
 def world_task_cfg(task_cfg: Any) -> Any:
-    """The task the offline base is warm-started on: a reasoning-gym dataset's own items (``task.warm_start=own``),
-    else the built-in arithmetic with the run's knobs if the run is arithmetic, its chain lengths replaced by
-    ``task.warm_start_{min,max}_terms`` where set (the hard split shares the default world)."""
+    """The task the offline base is warm-started on: target sum's own problems, a reasoning-gym dataset's own items
+    (``task.warm_start=own``), else the built-in arithmetic with the run's knobs if the run is arithmetic, its chain
+    lengths replaced by ``task.warm_start_{min,max}_terms`` where set (the hard split shares the default world)."""
     from agon.config import ArithmeticTaskConfig
 
-    if task_cfg is not None and task_cfg.kind == "reasoning_gym" and task_cfg.warm_start == "own":
+    if task_cfg is not None and (task_cfg.kind == "target_sum" or (task_cfg.kind == "reasoning_gym"
+                                                                    and task_cfg.warm_start == "own")):
         return task_cfg
     base = OmegaConf.structured(ArithmeticTaskConfig)
     if task_cfg is None or task_cfg.kind != "arithmetic":
@@ -334,14 +354,11 @@ def ship(names: list[str] | None = None, log=print) -> dict[str, str]:
     unknown = sorted(set(names or ()) - set(listed))
     if unknown:
         raise ValueError(f"no world named {unknown} in {BASES / 'worlds.yaml'} (it lists {sorted(listed)})")
-    manifest = read_manifest(BASES)
-    keys = {}
+    keys, shipped = {}, {}
     for name, overrides in listed.items():
         cfg = compose_config(list(overrides))
         keys[name] = f"tiny-{world_key(cfg.model, world_task_cfg(cfg.task))}"
         if names and name not in names:
-            if keys[name] not in manifest and (BASES / keys[name] / "world.json").is_file():
-                manifest[keys[name]] = base_hashes(BASES / keys[name])  # shipped by an earlier, unfinished --ship
             continue
         with tempfile.TemporaryDirectory() as cache:
             previous = {k: os.environ.get(k) for k in ("AGON_CACHE", SHIPPED_ENV)}
@@ -360,8 +377,13 @@ def ship(names: list[str] | None = None, log=print) -> dict[str, str]:
             target.chmod(0o755)  # readable by every user of the checkout, as git would leave it
             for f in target.iterdir():
                 f.chmod(0o644)
-        manifest[keys[name]] = base_hashes(target)
+        shipped[keys[name]] = base_hashes(target)
         log(f"[world] shipped {name} as {target}")
+    # read again now, not at the start: another --ship of other worlds may have finished while this one built
+    manifest = {**read_manifest(BASES), **shipped}
+    for name, key in keys.items():  # listed and on disk but not in the manifest: shipped by an unfinished --ship
+        if key not in manifest and (BASES / key / "world.json").is_file():
+            manifest[key] = base_hashes(BASES / key)
     for stale in set(manifest) - set(keys.values()):
         shutil.rmtree(BASES / stale, ignore_errors=True)
         manifest.pop(stale)

@@ -9,13 +9,24 @@ Writes, each as PNG and PDF:
                            baselines as bars: per-seed points, 95% interval (Student's t over seeds where a cell
                            has several, else a bootstrap over problems), accuracy before training as a tick
     trace_length           final-stage trace length per cell (tokens)
-    training_curves        training accuracy and final-stage trace length over steps, one line per cell
+    training_curves        training accuracy (each run smoothed, then the mean over seeds with their range as a
+                           band), its difference from GRPO's curve on the same seed (a seed draws the same
+                           problems at each step in every cell, so the difference is free of batch difficulty),
+                           and final-stage trace length over steps; held-out evaluations as points
     conversion_regression  conversion P(final right | draft wrong) and regression P(final wrong | draft right)
     recap_diagnostic       the challenger's accuracy given its rival's recap, a correct one, a wrong one and none
                            (``eval.diagnostic``), at the first and the last evaluation; only when runs logged it
+    divergence             the adapters' divergence (``eval/divergence``) at each evaluation; only when runs
+                           logged it
+    claims_forest          the claims (analysis.claims): each difference with its pooled 95% interval and the
+                           family-wise one, the "about equal" band and the side the paper claims; only where the
+                           runs hold the cells of a claim
 and ``table.csv``, ``table.md``, ``table.tex`` (analysis.tables.write_tables), and ``claims.md`` (analysis.claims)
-where the runs hold the cells of a claim. Output is deterministic: seeded
-bootstrap, no timestamps in the PDFs.
+where the runs hold the cells of a claim. Output is deterministic: seeded bootstrap, no timestamps in the PDFs.
+
+Left out on purpose: per-seed training curves (three overlapping noisy lines per cell hide more than they show;
+the band is their range) and any statistic not in analysis.tables or analysis.claims (a figure draws what a table
+states).
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from agon.methods import METHODS
-from analysis.claims import claims_markdown, claims_table
+from analysis.claims import RULES, claims_markdown, claims_table, in_tokens
 from analysis.load import Runs, is_ablation, is_baseline, load_runs, newest_multirun
 from analysis.tables import RECAP_SHOWN, cell_interval, format_table, recap_values, results_table, write_tables
 
@@ -47,6 +58,9 @@ matplotlib.use("Agg")
 REWARD_COLORS = {"competitive": "#c44e52", "cooperative": "#4c72b0", "paper": "#dd8452"}
 # baselines' colours, in the order the registry lists them (methods it does not know come after); it cycles
 BASELINE_COLORS = ("#937860", "#7f7f7f", "#8172b3", "#da8bc3", "#ccb974", "#64b5cd")
+# a baseline run with other settings beside its plain cell (GRPO at Agon's rollout budget, experiment=grpo_matched,
+# beside GRPO) gets a colour of its own, not its method's: hues none of the palettes above use; it cycles
+VARIANT_COLORS = ("#1b7f79", "#e07b39", "#3d5a80", "#a05195")
 CONVERSION_COLOR, REGRESSION_COLOR = "#55a868", "#c44e52"
 GRID_REWARDS, GRID_EXCHANGES = ("competitive", "cooperative"), ("visible", "hidden")
 STYLE = {
@@ -77,12 +91,25 @@ def baseline_colors(methods: Any) -> dict[Any, str]:
     return {m: BASELINE_COLORS[i % len(BASELINE_COLORS)] for i, m in enumerate(registered + unknown)}
 
 
+def cell_colors(runs: pd.DataFrame) -> dict[Any, str]:
+    """``baseline_colors`` of the methods in a runs frame, plus a colour per *variant* of a baseline (a baseline cell
+    with extra overrides, e.g. ``GRPO [experiment=grpo_matched]``), keyed by its ``cell_key`` in the frame's order.
+    Every figure takes its colours from ``data.runs``, not from the cells it draws, so a cell keeps its colour in
+    each of them."""
+    colors: dict[Any, str] = dict(baseline_colors(runs["method"])) if "method" in runs else {}
+    if {"method", "extra", "cell_key"} <= set(runs.columns):
+        variants = [r["cell_key"] for _, r in runs.iterrows() if is_baseline(r["method"]) and r["extra"]]
+        colors.update({key: VARIANT_COLORS[i % len(VARIANT_COLORS)] for i, key in
+                       enumerate(dict.fromkeys(variants))})
+    return colors
+
+
 def cell_style(row: Any, colors: dict[Any, str]) -> dict:
     """Colour, hatch and line style of a cell, the same in every figure: hue = reward (or the baseline's colour in
-    ``colors``, from ``baseline_colors``); hidden exchange = lighter, hatched ``//``, dashed; fixed roles = ``xx``,
-    dotted; symmetric init = ``..``, dash-dotted."""
+    ``colors``, from ``baseline_colors``, or its variant's from ``cell_colors``); hidden exchange = lighter, hatched
+    ``//``, dashed; fixed roles = ``xx``, dotted; symmetric init = ``..``, dash-dotted."""
     if is_baseline(row["method"]):
-        color = colors[row["method"]]
+        color = colors.get(row.get("cell_key"), colors[row["method"]])
         return {"color": color, "hatch": "", "linestyle": "-", "edge": color}
     base = REWARD_COLORS.get(row["reward"], "#555555")
     hidden = row["exchange"] == "hidden"
@@ -127,7 +154,7 @@ def _bars(ax: plt.Axes, data: Runs, table: pd.DataFrame, metric: str, eval_colum
     """One bar per cell (mean over seeds), its seeds as points, its 95% interval as an error bar."""
     runs = data.runs[data.runs["status"] == "complete"]
     rng = np.random.default_rng(0)
-    colors = baseline_colors(table["method"])
+    colors = cell_colors(data.runs)
     for x, (_, row) in enumerate(table.iterrows()):
         style = cell_style(row, colors)
         cell_runs = runs[runs["cell_key"] == row["cell_key"]]
@@ -269,60 +296,122 @@ def trace_length_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
 
 
 def _smooth(series: pd.Series, steps: int) -> pd.Series:
-    window = max(1, steps // 10)
+    """A centred rolling mean over a fifth of the run (at least 3 steps): one step's batch of 16 problems is easy or
+    hard by chance, and its accuracy moves by more than a run learns in ten steps."""
+    window = max(3, steps // 5)
     return series.rolling(window, min_periods=1, center=True).mean()
 
 
+def _by_seed(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with ``_seed``: the run's seed, or its run_id where it has none (W&B runs, hand-made ones), so no
+    run is dropped and none pairs with another cell's by accident."""
+    seed = rows["seed"] if "seed" in rows else pd.Series(None, rows.index, dtype=object)
+    return rows.assign(_seed=seed.astype(object).where(seed.notna(), rows["run_id"]).astype(str))
+
+
+def seed_curves(steps: pd.DataFrame, cell_key: Any, column: str, scale: float = 1.0) -> pd.DataFrame:
+    """A cell's ``column`` over ``train/step``, each run smoothed (``_smooth``): one column per seed, one row per
+    step (nan where a seed has no value). Empty when the cell logged none."""
+    if column not in steps or "cell_key" not in steps:
+        return pd.DataFrame()
+    rows = _by_seed(steps[steps["cell_key"] == cell_key].dropna(subset=[column]))
+    curves = {}
+    for seed, run in rows.groupby("_seed", sort=True):
+        series = run.groupby("train/step")[column].mean().astype(float).sort_index() * scale
+        curves[seed] = _smooth(series, int(series.index.max()) + 1)
+    return pd.DataFrame(curves).sort_index()
+
+
+def eval_points(steps: pd.DataFrame, cell_key: Any, scale: float = 100.0) -> pd.DataFrame:
+    """A cell's held-out ``eval/accuracy`` at each evaluation step: one column per seed."""
+    if "eval/accuracy" not in steps or "cell_key" not in steps:
+        return pd.DataFrame()
+    rows = _by_seed(steps[steps["cell_key"] == cell_key].dropna(subset=["eval/accuracy"]))
+    return rows.pivot_table(index="train/step", columns="_seed", values="eval/accuracy", aggfunc="mean") * scale
+
+
+def reference_cell(data: Runs) -> Any:
+    """The cell_key of the claims' reference (``claims.yaml``: experiment ``grpo``), else of the plain cell of the
+    method of that name (runs launched without an experiment); None when neither ran."""
+    runs = data.runs
+    if "experiment" in runs and (runs["experiment"] == RULES.reference).any():
+        return runs.loc[runs["experiment"] == RULES.reference, "cell_key"].iloc[0]
+    plain = runs[(runs["method"] == RULES.reference) & (runs["extra"].fillna("") == "")] if "extra" in runs else []
+    return plain["cell_key"].iloc[0] if len(plain) else None
+
+
+def _band(ax: plt.Axes, curves: pd.DataFrame, color: Any, linestyle: Any) -> None:
+    """The mean over seeds as a line and the seeds' range as a band (one seed: the line alone)."""
+    ax.plot(curves.index, curves.mean(axis=1), color=color, linestyle=linestyle, linewidth=1.8)
+    if curves.shape[1] > 1:
+        ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1), color=color, alpha=0.1, linewidth=0)
+
+
 def training_curves_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
-    fig, (acc_ax, len_ax) = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained", sharex=True)
+    """Training accuracy, its difference from GRPO's on the same seed, and final-stage trace length over steps."""
+    fig, axes = plt.subplots(2, 2, figsize=(11.0, 7.6), layout="constrained", sharex=True)
+    (acc_ax, diff_ax), (len_ax, key_ax) = axes
     steps = data.steps
+    colors = cell_colors(data.runs)
+    reference = reference_cell(data)
+    ref_acc = seed_curves(steps, reference, "train/accuracy", 100) if reference is not None else pd.DataFrame()
+    ref_eval = eval_points(steps, reference) if reference is not None else pd.DataFrame()
     handles = []
-    colors = baseline_colors(table["method"])
     for _, row in table.iterrows():
         style = cell_style(row, colors)
-        rows = steps[steps["cell_key"] == row["cell_key"]] if "cell_key" in steps else steps.iloc[:0]
-        if rows.empty:
+        color, linestyle = style.get("line", style["color"]), style["linestyle"]
+        acc = seed_curves(steps, row["cell_key"], "train/accuracy", 100)
+        length = seed_curves(steps, row["cell_key"], "train/final_trace_tokens")
+        evals = eval_points(steps, row["cell_key"])
+        if acc.empty and length.empty and evals.empty:
             continue
-        color = style.get("line", style["color"])
-        for ax, column, scale in ((acc_ax, "train/accuracy", 100), (len_ax, "train/final_trace_tokens", 1)):
-            if column not in rows:
-                continue
-            per_step = rows.dropna(subset=[column]).groupby("train/step")[column].mean() * scale
-            if per_step.empty:
-                continue
-            n = int(per_step.index.max()) + 1
-            if len(per_step) > 15:
-                ax.plot(per_step.index, per_step.values, color=color, alpha=0.2, linewidth=0.8)
-            ax.plot(
-                per_step.index, _smooth(per_step, n).values, color=color, linestyle=style["linestyle"], linewidth=1.8
-            )
-        if "eval/accuracy" in rows:
-            ev = rows.dropna(subset=["eval/accuracy"]).groupby("train/step")["eval/accuracy"].mean() * 100
-            acc_ax.scatter(ev.index, ev.values, color=color, edgecolor="black", s=28, zorder=4, linewidths=0.6)
+        if not acc.empty:
+            _band(acc_ax, acc, color, linestyle)
+        if not length.empty:
+            _band(len_ax, length, color, linestyle)
+        if not evals.empty:
+            acc_ax.scatter(evals.index, evals.mean(axis=1), color=color, edgecolor="black", s=28, zorder=4,
+                           linewidths=0.6)
+        # paired by seed: the same seed trains on the same problems at each step in every cell
+        paired = [s for s in acc.columns if s in ref_acc.columns]
+        if paired and row["cell_key"] != reference:
+            _band(diff_ax, acc[paired] - ref_acc[paired], color, linestyle)
+            both = [s for s in evals.columns if s in ref_eval.columns]
+            if both:
+                gap = (evals[both] - ref_eval[both]).dropna(how="all").mean(axis=1)
+                diff_ax.scatter(gap.index, gap.values, color=color, edgecolor="black", s=28, zorder=4,
+                                linewidths=0.6)
         incomplete = int(row.get("incomplete", 0) or 0)
         note = f"n={int(row['seeds'])}" + (f", {incomplete} incomplete" if incomplete else "")
-        handles.append(
-            Line2D([], [], color=color, linestyle=style["linestyle"], linewidth=1.8, label=f"{row['cell']} ({note})")
-        )
+        handles.append(Line2D([], [], color=color, linestyle=linestyle, linewidth=1.8,
+                              label=f"{row['cell']} ({note})"))
     if not handles:
         for ax in (acc_ax, len_ax):
             ax.text(0.5, 0.5, "no metrics.jsonl rows", ha="center", va="center", transform=ax.transAxes)
-    handles.append(
-        Line2D(
-            [], [], marker="o", linestyle="", color="white", markeredgecolor="black", label="held-out eval (pass@1)"
-        )
-    )
+    if ref_acc.empty:
+        diff_ax.text(0.5, 0.5, "no GRPO cell to compare with", ha="center", va="center", transform=diff_ax.transAxes)
+    diff_ax.axhline(0, color="black", linewidth=0.8)
+    handles += [
+        Line2D([], [], marker="o", linestyle="", color="white", markeredgecolor="black",
+               label="held-out eval (pass@1), mean over seeds"),
+        Patch(facecolor="0.5", alpha=0.3, label="range over seeds"),
+    ]
     low, high = acc_ax.get_ylim()
     acc_ax.set_ylim(max(0.0, low), min(100.0, max(high, max(0.0, low) + 10)))
     acc_ax.set_ylabel("accuracy of final-stage completions (%)")
-    acc_ax.set_title("Training accuracy (mean over seeds; smoothed)")
+    acc_ax.set_title("Training accuracy (each run smoothed; mean over seeds)")
+    diff_ax.set_ylabel("minus GRPO on the same seed (points)")
+    diff_ax.set_title("Training accuracy minus GRPO's (same seed, same problems)")
     len_ax.set_ylabel("final-stage completion length (tokens)")
     len_ax.set_title("Final-stage trace length during training")
-    for ax in (acc_ax, len_ax):
-        ax.set_xlabel("training step")
+    for ax in (acc_ax, diff_ax, len_ax):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    len_ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
-    fig.suptitle(f"Training curves ({_setting(data)})")
+    for ax in (len_ax, diff_ax):
+        ax.set_xlabel("training step")
+    diff_ax.tick_params(labelbottom=True)  # the panel below it holds the legend, not an axis
+    key_ax.axis("off")
+    key_ax.legend(handles=handles, loc="upper left", fontsize=9)
+    fig.suptitle(f"Training curves ({_setting(data)}); each run a rolling mean over a fifth of its steps")
     return fig
 
 
@@ -399,33 +488,154 @@ def conversion_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
 
 
 RECAP_COLORS = ("#8172b3", "#55a868", "#c44e52", "#b0b0b0")
+RECAP_MARKERS = ("o", "^", "v", "s")
+# the recap figure is drawn for a page's width (inches) and read there unscaled
+PAGE_WIDTH = 7.0
+
+
+def _label(row: Any, width: int = 26) -> str:
+    """A cell's label on one or two lines, a named experiment by its name alone (as ``_tick`` does)."""
+    return "\n".join(textwrap.wrap(str(row["cell"]).replace("[experiment=", "["), width, break_on_hyphens=False))
 
 
 def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
-    """Grouped bars per cell: the recap conditions at the first and at the last evaluation; None without data."""
+    """Per cell (rows), the challenger's accuracy under each recap condition at the first and at the last evaluation
+    (two panels side by side, the same axis): a marker per condition at the mean over seeds, the seeds as faint
+    dots. Drawn for a page's width; None without data."""
     steps = data.steps
     if steps.empty or not any(c.startswith("recap/") for c in steps.columns):
         return None
     shown = [r for _, r in table.iterrows() if not recap_values(steps, r, "none", "last").empty]
-    fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 2.2 * len(shown) + 2), 4.4), layout="constrained", sharey=True)
-    rng = np.random.default_rng(0)
-    width = 0.8 / len(RECAP_SHOWN)
-    for ax, which in zip(axes, ("first", "last")):
-        for x, row in enumerate(shown):
-            for k, (condition, color) in enumerate(zip(RECAP_SHOWN, RECAP_COLORS)):
-                values = recap_values(steps, row, condition, which).dropna() * 100
-                if values.empty:
-                    continue
-                at = x - 0.4 + width * (k + 0.5)
-                ax.bar(at, values.mean(), width=width, color=color, zorder=2)
-                jitter = rng.uniform(-width / 4, width / 4, len(values)) if len(values) > 1 else np.zeros(1)
-                ax.scatter(at + jitter, values, s=10, color="black", zorder=4, linewidths=0)
-        ax.set_xticks(range(len(shown)), [_tick(r) for r in shown], fontsize=8)
-        ax.set_title("first evaluation (before training)" if which == "first" else "last evaluation")
-    axes[0].set_ylabel("challenger's accuracy (%)")
-    axes[1].legend(handles=[Patch(facecolor=c, label=RECAP_SHOWN[k]) for k, c in zip(RECAP_SHOWN, RECAP_COLORS)],
-                   loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
-    fig.suptitle(f"What the challenger does with a recap ({_setting(data)}); bars: mean over seeds, points: seeds")
+    with plt.rc_context({"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9}):
+        fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 1.6 + 0.42 * max(1, len(shown))), layout="constrained",
+                                 sharey=True, sharex=True)
+        offsets = np.linspace(-0.27, 0.27, len(RECAP_SHOWN))
+        for ax, which in zip(axes, ("first", "last")):
+            for y, row in enumerate(shown):
+                for k, (condition, color, marker) in enumerate(zip(RECAP_SHOWN, RECAP_COLORS, RECAP_MARKERS)):
+                    values = recap_values(steps, row, condition, which).dropna() * 100
+                    if values.empty:
+                        continue
+                    ax.scatter(values, np.full(len(values), y + offsets[k]), s=8, color=color, alpha=0.5,
+                               linewidths=0, zorder=2)
+                    ax.scatter([values.mean()], [y + offsets[k]], s=34, color=color, marker=marker,
+                               edgecolor="black", linewidths=0.5, zorder=3)
+            ax.set_title("first evaluation (before training)" if which == "first" else "last evaluation")
+            ax.set_xlabel("challenger's accuracy (%)")
+            ax.grid(axis="y", visible=False)
+            for y in range(len(shown) - 1):
+                ax.axhline(y + 0.5, color="0.85", linewidth=0.6, zorder=1)
+        axes[0].set_yticks(range(len(shown)), [_label(r) for r in shown])
+        axes[0].set_ylim(len(shown) - 0.5, -0.5)
+        fig.legend(handles=[Line2D([], [], marker=m, linestyle="", color=c, markeredgecolor="black",
+                                   markersize=6, label=RECAP_SHOWN[k])
+                            for k, c, m in zip(RECAP_SHOWN, RECAP_COLORS, RECAP_MARKERS)],
+                   loc="outside lower center", ncols=len(RECAP_SHOWN), fontsize=9)
+        fig.suptitle(f"What the challenger does with a recap ({_setting(data)})\n"
+                     "markers: mean over seeds; dots: seeds", fontsize=10)
+    return fig
+
+
+def divergence_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
+    """The adapters' divergence (``eval/divergence``, in points) at each evaluation, per cell: the mean over seeds
+    joined by a line, each seed a dot. None when no run logged it (runs from before the metric existed)."""
+    steps = data.steps
+    if "eval/divergence" not in steps or pd.to_numeric(steps["eval/divergence"], errors="coerce").notna().sum() == 0:
+        return None
+    fig, ax = plt.subplots(figsize=(PAGE_WIDTH, 4.0), layout="constrained")
+    colors = cell_colors(data.runs)
+    handles = []
+    for _, row in table.iterrows():
+        rows = steps[steps["cell_key"] == row["cell_key"]]
+        values = pd.to_numeric(rows["eval/divergence"], errors="coerce")
+        rows = rows.assign(value=values * 100).dropna(subset=["value"])
+        if rows.empty:
+            continue
+        style = cell_style(row, colors)
+        color = style.get("line", style["color"])
+        ax.scatter(rows["train/step"], rows["value"], s=10, color=color, alpha=0.5, linewidths=0)
+        mean = rows.groupby("train/step")["value"].mean()
+        ax.plot(mean.index, mean.values, color=color, linestyle=style["linestyle"], marker="o", markersize=4)
+        handles.append(Line2D([], [], color=color, linestyle=style["linestyle"], marker="o", markersize=4,
+                              label=row["cell"]))
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("divergence (points)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"How far A and B act as two policies ({_setting(data)})\n"
+                 "divergence = mean(agree AA, agree BB) − agree AB; 0: one policy", fontsize=10)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
+    return fig
+
+
+# a verdict's colour in the forest plot; the rest (unresolved, not testable, no margin) grey
+VERDICT_COLORS = {"holds": "#2e7d32", "reversed": "#c62828", "differs": "#e07b39"}
+# the side of 0 the paper claims, as a marker right of each row: > (left > right), < (left < right), = (about
+# equal); outside the data, so it never hides an interval
+PAPER_MARK = {"greater": ">", "smaller": "<", "similar": r"$\approx$"}
+
+
+def _claim_label(row: Any, several: bool) -> str:
+    text = f"{row['claim']} ({row['setting']})" if several else str(row["claim"])
+    return "\n".join(textwrap.wrap(text, 34, break_on_hyphens=False))
+
+
+def claims_forest_figure(claims: pd.DataFrame) -> plt.Figure | None:
+    """One row per claim (``analysis.claims.claims_table``): the difference (left minus right, under its measure)
+    with its pooled 95% interval (thick) and the family-wise one (thin, lighter), a line at 0, the "about equal"
+    band +-margin shaded on rows whose metric has one, and right of each row the side the paper claims (a
+    triangle pointing to it; ``≈`` for "about equal") and the two verdicts. Accuracy claims in points and length
+    claims in tokens get panels of their own. None without claims."""
+    if claims.empty:
+        return None
+    several = "setting" in claims
+    panels = [(unit, claims[[in_tokens(m) == unit for m in claims["metric"]]]) for unit in (False, True)]
+    panels = [(unit, rows) for unit, rows in panels if not rows.empty]
+    heights = [len(rows) + 0.8 for _, rows in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(PAGE_WIDTH + 1.0, 1.4 + 0.48 * sum(heights)),
+                             height_ratios=heights, layout="constrained", squeeze=False)
+    for ax, (tokens, rows) in zip(axes[:, 0], panels):
+        scale = 1.0 if tokens else 100.0
+        edge = ax.get_yaxis_transform()  # x in axes fraction, y in data
+        for y, (_, r) in enumerate(rows.iterrows()):
+            color = VERDICT_COLORS.get(r["verdict"], "0.45")
+            if not math.isnan(r.get("margin", math.nan)):
+                m = r["margin"] * scale
+                ax.fill_betweenx([y - 0.42, y + 0.42], -m, m, color="#4c72b0", alpha=0.13, linewidth=0, zorder=1)
+            if math.isnan(r["difference"]):
+                ax.text(0.5, y, "not testable", transform=edge, ha="center", va="center", fontsize=8, color="0.4")
+            else:
+                ax.plot([r["fw_low"] * scale, r["fw_high"] * scale], [y, y], color=_lighter(color, 0.5),
+                        linewidth=1.2, zorder=2, solid_capstyle="butt")
+                ax.plot([r["ci_low"] * scale, r["ci_high"] * scale], [y, y], color=color, linewidth=4,
+                        zorder=3, solid_capstyle="butt")
+                ax.plot([r["difference"] * scale], [y], marker="o", color="white", markeredgecolor=color,
+                        markersize=6, zorder=4)
+            ax.plot([1.03], [y], marker=PAPER_MARK.get(r["direction"], "x"), color="black", markersize=7,
+                    transform=edge, clip_on=False, zorder=5)
+            ax.text(1.06, y, f"{r['verdict'].split(':')[0]}\nfamily-wise: {r['fw_verdict'].split(':')[0]}",
+                    transform=edge, va="center", fontsize=8, color=color)
+        ax.axvline(0, color="black", linewidth=0.9, zorder=2)
+        ax.set_yticks(range(len(rows)), [_claim_label(r, several) for _, r in rows.iterrows()], fontsize=8.5)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.grid(axis="y", visible=False)
+        change = set(rows["measure"]) == {"change"}
+        what = "tokens" if tokens else "accuracy points"
+        ax.set_xlabel(f"left − right, {what}" + (" (change since the start)" if change else ""))
+        low, high = ax.get_xlim()
+        reach = max(abs(low), abs(high))
+        ax.set_xlim(-reach, reach)  # 0 in the middle: each side as far as the other
+    level = f"{100 * claims['level'].iloc[0]:.0f}%"
+    fw = f"{100 * claims['fw_level'].iloc[0]:.2f}".rstrip("0").rstrip(".") + "%"
+    handles = [
+        Line2D([], [], color="0.45", linewidth=4, label=f"{level} interval (pooled SD)"),
+        Line2D([], [], color=_lighter("0.45", 0.5), linewidth=1.2, label=f"family-wise {fw} (Bonferroni)"),
+        Patch(facecolor="#4c72b0", alpha=0.25, label="about equal (±margin)"),
+        Line2D([], [], marker=">", linestyle="", color="black", label="side the paper claims (≈: equal)"),
+        *[Line2D([], [], color=c, linewidth=4, label=v) for v, c in VERDICT_COLORS.items()],
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=8)
+    fig.suptitle("The paper's claims: difference of two cells' means over seeds", fontsize=10)
     return fig
 
 
@@ -435,17 +645,19 @@ def make_figures(data: Runs, out_dir: str | Path = "figures") -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     table = results_table(data)
     shown = table[table["seeds"] > 0].reset_index(drop=True)
+    claims = claims_table(data.runs)
     paths: list[Path] = []
     with plt.rc_context(STYLE):
         paths += _save(accuracy_figure(data, shown), out, "accuracy_grid")
         paths += _save(trace_length_figure(data, shown), out, "trace_length")
         paths += _save(training_curves_figure(data, table), out, "training_curves")
         paths += _save(conversion_figure(data, shown), out, "conversion_regression")
-        recap = recap_figure(data, shown)
-        if recap is not None:
-            paths += _save(recap, out, "recap_diagnostic")
+        for name, fig in (("recap_diagnostic", recap_figure(data, shown)),
+                          ("divergence", divergence_figure(data, shown)),
+                          ("claims_forest", claims_forest_figure(claims))):
+            if fig is not None:
+                paths += _save(fig, out, name)
     paths += write_tables(data, out)
-    claims = claims_table(data.runs)
     if not claims.empty:
         paths.append(out / "claims.md")
         paths[-1].write_text(claims_markdown(claims))

@@ -7,8 +7,10 @@ above several of them, and returns ``Runs(runs, steps, evals)``:
             exists, else "incomplete"), the axes ``method reward exchange rotation init task model experiment
             seed``, ``method_label``, ``overrides``, ``extra`` (overrides that are not an axis or the seed, less
             those every loaded run shares), the cell's ``cell`` label and ``cell_key``, ``headline_orders``, and
-            every numeric value of ``summary.json`` under its own name (``eval/accuracy``, ...). ``model`` is
-            the run's ``model_label`` ("Qwen3-0.6B", "Gemma 4 E2B", "tiny (offline)"), else ``model.name``
+            every numeric value of ``summary.json`` under its own name (``eval/accuracy``, ...), and each
+            ``eval/*`` value of the evaluation before training as ``<key>_at_start``
+            (``eval/final_trace_tokens_at_start``; ``start_metrics``). ``model`` is the run's ``model_label``
+            ("Qwen3-0.6B", "Gemma 4 E2B", "tiny (offline)"), else ``model.name``
     steps   one row per (run, ``train/step``) from ``metrics.jsonl`` (a step's training and evaluation rows
             merged), with ``run_id``, ``cell``, ``cell_key``, ``seed``
     evals   the rows of ``eval.jsonl`` (problem x sample x order x stage) with ``run_id``, ``cell``, ``cell_key``
@@ -282,6 +284,20 @@ def _cell_label(row: dict, with_method: bool) -> str:
     return f"{label} [{row['extra']}]" if row["extra"] else label
 
 
+def start_metrics(rec: RunRecord) -> dict[str, Any]:
+    """The ``eval/*`` numbers of the run's evaluation before training, as ``agon.run`` reads them back on a resume:
+    the first metrics row at ``train/step`` 0 that holds ``eval/accuracy``. Empty when the run did not evaluate at
+    the start (its summary.json has no ``eval/accuracy_at_start``): an untrained method's (MoA) only evaluation at
+    step 0 is then its final one, which is not a start. The ``steps`` frame cannot give this, since it keeps the
+    last value per step, and an untrained run evaluates twice at step 0."""
+    if rec.summary is not None and rec.summary.get("eval/accuracy_at_start") is None:
+        return {}
+    row = next((r for r in rec.metrics if r.get("train/step") == 0 and "eval/accuracy" in r), None)
+    if row is None:
+        return {}
+    return {k: v for k, v in row.items() if k.startswith("eval/") and (_number(v) or v is None)}
+
+
 def _run_row(rec: RunRecord) -> dict:
     summary, config = rec.summary or {}, rec.config or {}
     axes = {}
@@ -315,6 +331,9 @@ def _run_row(rec: RunRecord) -> dict:
     for key, value in summary.items():
         if key not in row and (_number(value) or value is None) and "/" in key:
             row[key] = value
+    # summary.json's own eval/accuracy_at_start wins over the one read back here (they are the same number)
+    for key, value in start_metrics(rec).items():
+        row.setdefault(f"{key}_at_start", value)
     return row
 
 
@@ -344,8 +363,8 @@ def cell_sort_key(row: Any) -> tuple:
 def _drop_plain_experiments(run_rows: list[dict]) -> None:
     """A named experiment whose cell the axes already tell apart adds nothing to the cell's name, so its override
     leaves ``extra``; one sharing its axes with another experiment (``grpo_matched`` beside ``grpo``: only the
-    group size differs) keeps it, except the experiment named after its method (``grpo``), which is the plain one. A sweep's own cell option (``cell=``,
-    sweeps/cell/) is read the same way."""
+    group size differs) keeps it, except the experiment named after its method (``grpo``), which is the plain one.
+    A sweep's own cell option (``cell=``, sweeps/cell/) is read the same way."""
     for key in ("experiment", "cell"):
         def named(r: dict, key: str = key) -> str | None:
             return next((o for o in r["extra"] if _override_key(o) == key), None)

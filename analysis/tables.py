@@ -1,11 +1,13 @@
 """Per-cell tables: the sweep summary printed after a multirun, and the paper table (CSV, Markdown, LaTeX).
 
 ``cells_table(runs)`` pools the complete runs of each cell (seeds) into one row: mean accuracy at start and at the
-end, their difference, conversion and regression rates and final-stage trace length. ``results_table`` adds a
-95% interval of the accuracy (Student's t over seeds where a cell has several, else a bootstrap over problems of
-its one run)
-and the paper's reported values where the cell matches one (``PAPER``, read from ``paper_results.yaml``, the
-data file that cites them). Fractions stay fractions in the frames; the text formats show percentages.
+end, their difference, conversion and regression rates and final-stage trace length, and where the runs logged
+them the adapters' agreement and divergence (``eval/agree_AB``, ``eval/agree_AA``, ``eval/agree_BB``,
+``eval/divergence``; runs from before those metrics existed have none, and then no column shows them).
+``results_table`` adds a 95% interval of the accuracy (Student's t over seeds where a cell has several, else a
+bootstrap over problems of its one run) and the paper's reported values where the cell matches one (``PAPER``,
+read from ``paper_results.yaml``, the data file that cites them). Fractions stay fractions in the frames; the text
+formats show percentages.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ METRICS = {
     "eval/regression_rate": "regression_rate",
     "eval/final_trace_tokens": "final_trace_tokens",
 }
+# the two adapters' agreement: P(a draft by A and one by B to the same problem give the same final answer), the
+# same for two drafts of one adapter, and divergence = mean(agree_AA, agree_BB) - agree_AB (0 when A and B act as
+# one policy). Shown only when some run has a divergence: the results packed before it existed have none
+AGREEMENT = ("eval/divergence", "eval/agree_AB", "eval/agree_AA", "eval/agree_BB")
+AGREEMENT_COLUMNS = ("divergence", "agree_AB", "agree_self")
 AXIS_COLUMNS = ["method", "reward", "exchange", "rotation", "init"]
 PERCENT_COLUMNS = (
     "accuracy_at_start",
@@ -40,7 +47,11 @@ PERCENT_COLUMNS = (
     "accuracy_ci_low",
     "accuracy_ci_high",
     "paper_accuracy",
+    "agree_AB",
+    "agree_self",
 )
+# differences of two fractions, shown in signed points
+SIGNED_COLUMNS = ("delta", "divergence")
 TEXT_COLUMNS = ("cell", "method", "reward", "exchange", "rotation", "init", "task", "model", "extra", "ci_over")
 HEADERS = {
     "cell": "cell",
@@ -55,6 +66,9 @@ HEADERS = {
     "conversion_rate": "conversion %",
     "regression_rate": "regression %",
     "final_trace_tokens": "trace tokens",
+    "divergence": "divergence",
+    "agree_AB": "agree A·B %",
+    "agree_self": "agree self %",
     "paper_accuracy": "paper acc %",
     "paper_trace_tokens": "paper tokens",
     "paper_setting": "paper setting",
@@ -177,7 +191,8 @@ def cells_table(runs: pd.DataFrame | Runs) -> pd.DataFrame:
 
     Columns: cell, method, reward, exchange, rotation, init, [task, model, extra when they vary or are set],
     seeds, [incomplete: runs without summary.json, when any], accuracy_at_start, accuracy, delta,
-    conversion_rate, regression_rate, final_trace_tokens.
+    conversion_rate, regression_rate, final_trace_tokens, [divergence, agree_AB, agree_self: when some run logged
+    ``eval/divergence`` or the agreements; agree_self is each run's mean of agree_AA and agree_BB].
     Axes that do not apply to a method hold "-". Rows come in the order of ``analysis.load.cell_sort_key``.
     """
     if isinstance(runs, Runs):
@@ -201,6 +216,7 @@ def cells_table(runs: pd.DataFrame | Runs) -> pd.DataFrame:
         for src, dst in METRICS.items():
             row[dst] = done[src].mean() if len(done) else math.nan
         row["delta"] = (done["eval/accuracy"] - done["eval/accuracy_at_start"]).mean() if len(done) else math.nan
+        row.update(_agreement(done))
         rows.append(row)
     table = pd.DataFrame(rows)
     keep = ["cell", *AXIS_COLUMNS]
@@ -213,7 +229,28 @@ def cells_table(runs: pd.DataFrame | Runs) -> pd.DataFrame:
     if table["incomplete"].any():
         keep.append("incomplete")
     keep += ["accuracy_at_start", "accuracy", "delta", "conversion_rate", "regression_rate", "final_trace_tokens"]
+    if has_agreement(runs):
+        keep += list(AGREEMENT_COLUMNS)
     return table[keep + ["cell_key"]].reset_index(drop=True).rename_axis(None)
+
+
+def has_agreement(runs: pd.DataFrame) -> bool:
+    """Whether some run has a divergence (a number, not only nulls). It needs two drafts per problem from each
+    adapter; a run of one sample per problem has agree_AB alone, which says nothing without the adapters' own
+    agreement to compare it with, so it shows no column."""
+    key = AGREEMENT[0]
+    return key in runs and bool(pd.to_numeric(runs[key], errors="coerce").notna().any())
+
+
+def _agreement(done: pd.DataFrame) -> dict[str, float]:
+    """A cell's mean over seeds of divergence, agree_AB and agree_self (each run's mean of agree_AA and agree_BB);
+    nan where its runs logged none (GRPO has one adapter)."""
+    def column(key: str) -> pd.Series:
+        return pd.to_numeric(done[key], errors="coerce") if key in done else pd.Series(math.nan, done.index)
+
+    own = pd.concat([column("eval/agree_AA"), column("eval/agree_BB")], axis=1).mean(axis=1)
+    return {"divergence": column("eval/divergence").mean(), "agree_AB": column("eval/agree_AB").mean(),
+            "agree_self": own.mean()}
 
 
 def results_table(data: Runs) -> pd.DataFrame:
@@ -247,7 +284,7 @@ def results_table(data: Runs) -> pd.DataFrame:
 def _fmt(column: str, value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NA
-    if column == "delta":
+    if column in SIGNED_COLUMNS:
         return f"{100 * value:+.1f}"
     if column in PERCENT_COLUMNS:
         return f"{100 * value:.1f}"
@@ -303,6 +340,12 @@ def _caption(data: Runs) -> str:
         "trace tokens = final-stage completion length. "
         f"Paper values are as reported ({PAPER_SETTING}; Agon on 0.6B also beats GRPO on 4B, 59%)."
     )
+    if has_agreement(runs):
+        text += (
+            " agree A·B = P(drafts by A and by B to the same problem give the same answer), agree self = the same "
+            "for two drafts of one adapter (mean of A's and B's); divergence = agree self minus agree A·B, in "
+            "points (0 when A and B act as one policy)."
+        )
     if not all(t.startswith("deepmath") for t in tasks):
         text += (
             " Marked *: reported on a different model and task; absolute numbers are not comparable with this "

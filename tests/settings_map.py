@@ -23,6 +23,7 @@ WORLD = "tests/test_world.py"
 CODECONTESTS = "tests/tasks/test_codecontests.py"
 DEEPMATH = "tests/tasks/test_deepmath.py"
 REASONING_GYM = "tests/tasks/test_reasoning_gym.py"
+TARGET_SUM = "tests/tasks/test_target_sum.py"
 
 _TINY_SHAPE = f"{SETTINGS}::test_the_offline_worlds_shape_is_what_model_tiny_says"
 _WARM_START = f"{SETTINGS}::test_the_warm_start_follows_its_steps_rate_batch_schedule_and_seed"
@@ -119,6 +120,17 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "task.arithmetic.warm_start_max_terms": (
         _WARM_TASK, f"{SETTINGS}::test_the_hard_split_warm_starts_the_base_on_its_own_chain_lengths"),
     # -- task: reasoning_gym
+    "task.target_sum.min_terms": (f"{TARGET_SUM}::test_problems_are_solvable_and_the_split_is_fixed_and_disjoint",
+                                  f"{TARGET_SUM}::test_the_world_is_its_own_and_every_key_moves_it"),
+    "task.target_sum.max_terms": (f"{TARGET_SUM}::test_problems_are_solvable_and_the_split_is_fixed_and_disjoint",
+                                  f"{TARGET_SUM}::test_bad_settings_name_their_key"),
+    "task.target_sum.max_operand": (f"{TARGET_SUM}::test_problems_are_solvable_and_the_split_is_fixed_and_disjoint",
+                                    f"{TARGET_SUM}::test_the_world_is_its_own_and_every_key_moves_it"),
+    "task.target_sum.train_size": (f"{TARGET_SUM}::test_the_world_is_its_own_and_every_key_moves_it",),
+    "task.target_sum.warm_start_wrong_recaps": (
+        f"{TARGET_SUM}::test_the_warm_start_shows_no_wrong_recap_unless_asked",),
+    "task.target_sum.warm_start_reuse": (
+        f"{TARGET_SUM}::test_the_warm_start_challenge_reuses_a_right_recap_or_searches",),
     "task.reasoning_gym.dataset_args": (_RG_PROBLEMS,),
     "task.reasoning_gym.train_size": (_RG_PROBLEMS,),
     "task.reasoning_gym.dataset_defaults": (f"{REASONING_GYM}::test_other_datasets_by_name",),
@@ -153,6 +165,9 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "init.mode": (f"{POLICIES}::test_init_modes_at_step_zero_as_a_run_builds_them",),
     "init.std": (_INIT,),
     "init.seed": (_INIT,),
+    "init.steps": (f"{POLICIES}::test_split_init_trains_each_adapter_on_its_own_half",),
+    "init.lr": (f"{POLICIES}::test_split_init_trains_each_adapter_on_its_own_half",),
+    "init.batch_size": (f"{POLICIES}::test_split_init_trains_each_adapter_on_its_own_half",),
     # -- generation
     "generation.engine": (_FALLBACK, _VLLM_START),
     "generation.fallback": (_FALLBACK,),

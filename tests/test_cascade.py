@@ -33,7 +33,7 @@ from dataclasses import astuple
 
 import pytest
 
-from agon.cascade import EvalResult, evaluate, order_name, summarise
+from agon.cascade import EvalResult, agreement, divergence, evaluate, order_name, summarise
 from agon.methods import Evaluation, get_method
 from agon.policies import Completion
 from agon.rollout import Attempt, Game, Round
@@ -52,10 +52,14 @@ GAMES = {
     "A": ("A", False, "111000t0", None, None),
 }
 
+# the hand-built drafts box no answer, and no answer agrees with nothing: agreement 0 wherever an adapter drafted
+NO_AGREEMENT = {"eval/agree_AB": None, "eval/agree_AA": None, "eval/agree_BB": None, "eval/divergence": None}
+ONE_DRAFTER = {**NO_AGREEMENT, "eval/agree_AA": 0.0}
 NONE_KEYS = {"eval/cascade_acc_AB": None, "eval/cascade_acc_BA": None, "eval/solo_acc_A": None,
              "eval/solo_acc_B": None, "eval/solo_acc_base": None}
 AGON = {"eval/n_problems": 4, "eval/samples": 2, "eval/cascade_acc_AB": 5 / 8, "eval/cascade_acc_BA": 2 / 8,
-        "eval/solo_acc_A": 3 / 8, "eval/solo_acc_B": 4 / 8, "eval/solo_acc_base": None, "eval/verifier_failures": 2}
+        "eval/solo_acc_A": 3 / 8, "eval/solo_acc_B": 4 / 8, "eval/solo_acc_base": None, "eval/verifier_failures": 2,
+        "eval/agree_AB": 0.0, "eval/agree_AA": 0.0, "eval/agree_BB": 0.0, "eval/divergence": 0.0}
 # (method, rotation) -> every metric summarise returns
 EXPECTED = {
     ("agon", "alternate"): {**AGON, "eval/accuracy": 7 / 16, "eval/final_trace_tokens": 33.5,
@@ -64,15 +68,16 @@ EXPECTED = {
     # both orders are still played (and reported), only A>B is the headline
     ("agon", "fixed"): {**AGON, "eval/accuracy": 5 / 8, "eval/final_trace_tokens": 23.5,
                         "eval/conversion_rate": 3 / 5, "eval/regression_rate": 1 / 3, "eval/headline_orders": ["A>B"]},
-    ("self_refine", None): {**NONE_KEYS, "eval/n_problems": 4, "eval/samples": 2, "eval/solo_acc_A": 3 / 8,
+    ("self_refine", None): {**NONE_KEYS, **ONE_DRAFTER, "eval/n_problems": 4, "eval/samples": 2,
+                            "eval/solo_acc_A": 3 / 8,
                             "eval/accuracy": 5 / 8, "eval/final_trace_tokens": 63.5, "eval/conversion_rate": 4 / 5,
                             "eval/regression_rate": 2 / 3, "eval/verifier_failures": 1,
                             "eval/headline_orders": ["A>A"]},
-    ("moa", None): {**NONE_KEYS, "eval/n_problems": 4, "eval/samples": 2, "eval/solo_acc_base": 1 / 8,
+    ("moa", None): {**NONE_KEYS, **NO_AGREEMENT, "eval/n_problems": 4, "eval/samples": 2, "eval/solo_acc_base": 1 / 8,
                     "eval/accuracy": 3 / 8, "eval/final_trace_tokens": 83.5, "eval/conversion_rate": 2 / 7,
                     "eval/regression_rate": 0.0, "eval/verifier_failures": 0, "eval/headline_orders": ["base>base"]},
     # grpo's answer is the draft: its accuracy and solo A are the same drafts, and there is no cascade rate
-    ("grpo", None): {**NONE_KEYS, "eval/n_problems": 4, "eval/samples": 2, "eval/solo_acc_A": 3 / 8,
+    ("grpo", None): {**NONE_KEYS, **ONE_DRAFTER, "eval/n_problems": 4, "eval/samples": 2, "eval/solo_acc_A": 3 / 8,
                      "eval/accuracy": 3 / 8, "eval/final_trace_tokens": 103.5, "eval/conversion_rate": None,
                      "eval/regression_rate": None, "eval/verifier_failures": 1, "eval/headline_orders": ["A"]},
 }
@@ -161,7 +166,7 @@ def test_eval_rows_of_a_cascade():
     assert [r["tokens"] for r in by["B>A", "final"]] == list(range(40, 48))
     assert [r["tokens"] for r in by["B", "final"]] == list(range(100, 108))
     assert list(rows[0]) == ["step", "phase", "order", "stage", "problem_id", "sample", "correct", "format_ok",
-                             "tokens", "status"]
+                             "tokens", "status", "answer"]
     # the rows hold the metrics: headline finals (equal-sized orders) and solo rows give the same numbers
     head = [float(r["correct"]) for o in ("A>B", "B>A") for r in by[o, "final"]]
     assert sum(head) / len(head) == pytest.approx(result.metrics["eval/accuracy"])
@@ -212,3 +217,62 @@ def test_evaluate_on_a_tiny_model_is_summarise_of_its_games(policies, small_cfg,
     finals = [[(r.challenge or r.draft).verdict.correct for r in result.games[o].rounds] for o in headline]
     assert result.metrics["eval/accuracy"] == pytest.approx(sum(sum(f) / len(f) for f in finals) / len(finals))
     assert not math.isnan(result.metrics["eval/final_trace_tokens"])
+
+
+# two problems x three drafts each; None is a draft with no boxed answer
+DRAFTS_A = {"p0": ["3", "3", "4"], "p1": ["7", None, "7"]}
+DRAFTS_B = {"p0": ["3", "4", "4"], "p1": ["7", "7", "7"]}
+
+
+def test_agreement_by_hand():
+    """A-A pairs: p0 (3,3) (3,4) (3,4) -> 1/3, p1 (7,-) (7,7) (-,7) -> 1/3; B-B: p0 1/3, p1 1; A-B: p0 4 of 9 pairs,
+    p1 6 of 9. The wrong definitions: pooling pairs over problems, counting a draft with itself (A-A 5/9), or two
+    missing answers as agreeing."""
+    assert agreement(DRAFTS_A) == pytest.approx(1 / 3)
+    assert agreement(DRAFTS_B) == pytest.approx(2 / 3)
+    assert agreement(DRAFTS_A, DRAFTS_B) == pytest.approx(5 / 9)
+    assert agreement(DRAFTS_B, DRAFTS_A) == pytest.approx(5 / 9)
+    assert divergence(DRAFTS_A, DRAFTS_B) == pytest.approx(
+        {"eval/agree_AB": 5 / 9, "eval/agree_AA": 1 / 3, "eval/agree_BB": 2 / 3, "eval/divergence": 1 / 2 - 5 / 9})
+    assert agreement({"p": [None, None]}) == 0.0 and agreement({"p": [None]}, {"p": [None]}) == 0.0
+    # one draft per problem has no pair of its own; B absent: no cross pairs
+    assert agreement({"p": ["1"]}) is None and agreement(DRAFTS_A, {}) is None
+    assert divergence(DRAFTS_A, {})["eval/divergence"] is None
+
+
+def test_divergence_is_zero_for_one_policy_and_positive_for_two():
+    """Drafts of one answer distribution for both adapters give about 0; each adapter with its own favourite
+    answer per problem (separate blind spots) gives clearly more."""
+    import random
+
+    rng = random.Random(0)
+    problems = [f"p{i}" for i in range(400)]
+    shared = {p: [rng.choice("0123") for _ in range(8)] for p in problems}
+    other = {p: [rng.choice("0123") for _ in range(8)] for p in problems}
+    same = divergence(shared, other)["eval/divergence"]
+    assert abs(same) < 0.02
+
+    def favourite(answer: str) -> list[str]:
+        return [answer if rng.random() < 0.7 else rng.choice("0123") for _ in range(8)]
+
+    a = {p: favourite("0") for p in problems}
+    b = {p: favourite("1") for p in problems}
+    assert divergence(a, b)["eval/divergence"] > 0.4
+
+
+def test_summarise_reads_the_boxed_answers_of_the_drafts():
+    """Agreement comes from the drafts' boxed answers, by problem; the challenges' answers do not count."""
+    rounds = {"A": [], "B": []}
+    for adapter, drafts in (("A", DRAFTS_A), ("B", DRAFTS_B)):
+        for pid, answers in drafts.items():
+            for answer in answers:
+                text = "<think>w</think>no box" if answer is None else f"<think>w</think>\\boxed{{{answer}}}"
+                draft = Attempt("q", Completion(text, (1,), False), Verdict(True, True))
+                challenge = Attempt("q", Completion("<think>w</think>\\boxed{x}", (1,), False), Verdict(True, True))
+                rounds[adapter].append(Round(Problem(pid, "q", "1"), draft, "r", challenge))
+    games = {"A>B": Game(rounds["A"], "A", "B", 3), "B>A": Game(rounds["B"], "B", "A", 3)}
+    metrics = summarise(games, ["A>B", "B>A"], step=0, phase="start").metrics
+    assert metrics["eval/divergence"] == pytest.approx(1 / 2 - 5 / 9)
+    assert metrics["eval/agree_AB"] == pytest.approx(5 / 9)
+    rows = summarise(games, ["A>B", "B>A"], step=0, phase="start").rows
+    assert [r["answer"] for r in rows if r["order"] == "A"] == ["3", "3", "4", "7", None, "7"]

@@ -75,6 +75,55 @@ def test_init_modes_at_step_zero_as_a_run_builds_them(tiny_base):
     assert solo.adapters == ("A",)
 
 
+def test_split_init_trains_each_adapter_on_its_own_half(tiny_base):
+    """init=split: each adapter trained init.steps steps of init.batch_size problems at init.lr, on the problems
+    split_half puts in its half only; the base untouched; the same seed gives bitwise the same adapters, and a
+    changed key changes them. Without a task (adapters about to be loaded) it trains nothing."""
+    import copy
+
+    import agon.world
+    from agon.policies import build_policies, split_half
+    from agon.tasks import build_task
+    from tests.conftest import TEST_WORLD, compose_config
+
+    cfg0, (model, tok) = tiny_base
+    cfg = compose_config(TEST_WORLD + ["init=split", "init.steps=3", "init.batch_size=4", "init.lr=1e-2"])
+    task = build_task(cfg.task)
+    seen: list[list[str]] = []
+    real = agon.world.supervised_loss
+
+    def recording(model, tokenizer, pairs):  # the real loss, recording which problems each step trained on
+        seen.append([prompt for prompt, _ in pairs])
+        return real(model, tokenizer, pairs)
+
+    agon.world.supervised_loss = recording
+    torch.manual_seed(0)  # LoRA's own init draws from the global generator, which a run seeds first
+    try:
+        split = build_policies(cfg, copy.deepcopy(model), tok, task)
+    finally:
+        agon.world.supervised_loss = real
+    assert [len(s) for s in seen] == [4] * 6  # 3 steps x 4 problems, A's then B's
+    pool = {p.id: p for p in task.train_problems()}
+    for k, steps in enumerate((seen[:3], seen[3:])):
+        ids = [next(i for i in pool if f"u{pool[i].question}<" in prompt) for step in steps for prompt in step]
+        assert {split_half(i) for i in ids} == {k}
+    assert all(_lora_b_nonzero(split, "A")) and all(_lora_b_nonzero(split, "B"))
+    assert split.revisions == {"A": 1, "B": 1}
+    torch.manual_seed(0)
+    again = build_policies(cfg, copy.deepcopy(model), tok, task)
+    assert again.digest() == split.digest()
+    for override in ("init.lr=1e-3", "init.steps=2", "init.batch_size=2"):
+        other = compose_config(TEST_WORLD + ["init=split", "init.steps=3", "init.batch_size=4", "init.lr=1e-2",
+                                             override])
+        torch.manual_seed(0)
+        assert build_policies(other, copy.deepcopy(model), tok, task).digest() != split.digest(), override
+    untrained = build_policies(cfg, copy.deepcopy(model), tok)
+    assert not any(_lora_b_nonzero(untrained, "A")) and not any(_lora_b_nonzero(untrained, "B"))
+    base = base_state(untrained)
+    assert base.keys() == base_state(split).keys()
+    assert all(torch.equal(base[n], p) for n, p in base_state(split).items())
+
+
 def test_update_of_one_adapter_leaves_the_other_and_the_base_bitwise_unchanged(policies):
     policies.perturb("B", 0.02, seed=0)
     base, b_before, a_before = base_state(policies), policies.lora_state("B"), policies.lora_state("A")

@@ -88,6 +88,11 @@ class Task(ABC):
         ``corrupt_rng``, a plausible wrong one (one step off, the error carried on). None: this family has none."""
         return None
 
+    def warm_start_challenge(self, problem: Problem, rival_wrong: bool, rng: Random) -> str | None:
+        """What the offline world's warm start teaches a challenger to write after a rival's recap (wrong or not):
+        by default the worked solution from scratch. A family may teach reusing a right recap instead."""
+        return self.worked_solution(problem)
+
     def close(self) -> None:
         """Release worker pools or sandboxes."""
 
@@ -96,6 +101,7 @@ TASKS: dict[str, type[Task]] = {}
 # modules imported on first lookup, so heavy optional imports (datasets, math-verify) load only when used
 _TASK_MODULES = {
     "arithmetic": "agon.tasks.arithmetic",
+    "target_sum": "agon.tasks.target_sum",
     "reasoning_gym": "agon.tasks.reasoning_gym",
     "deepmath": "agon.tasks.deepmath",
     "codecontests": "agon.tasks.codecontests",

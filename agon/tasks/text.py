@@ -47,6 +47,14 @@ def last_boxed(text: str) -> str | None:
     return answers[-1] if answers else None
 
 
+def final_answer(completion: str) -> str | None:
+    """The answer a completion commits to: its visible text's last box, whitespace-stripped; None without one (or
+    without a closed reasoning block). Compared as text, where two policies agree or differ (``eval/agree_*``)."""
+    visible = visible_text(completion)
+    box = None if visible is None else last_boxed(visible)
+    return None if box is None else box.strip()
+
+
 def remove_boxed(text: str) -> str:
     """The text with every ``\\boxed{...}`` cut out (balanced braces, so nested ones go too)."""
     out, last = [], 0

@@ -33,6 +33,7 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -613,3 +614,155 @@ def test_the_figures_draw_every_cell_with_a_finished_run_and_no_other(data, tmp_
     assert {name: cells for name, cells in drawn.items() if name != "training_curves_figure"} == {
         name: finished for name in names if name != "training_curves_figure"}
     assert drawn["training_curves_figure"] == CELLS
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# values at the start, divergence, and the figures of the claims, colours, recaps and training curves
+
+# per step, how easy the step's batch is (the same seed draws the same problems in every cell): swings far larger
+# than any difference between cells
+BATCH = [0.0, 0.2, -0.2, 0.15, -0.1, 0.05, 0.1]
+# experiment -> (method, its training accuracy above GRPO's on the same batch)
+EXPERIMENTS = {"agon": ("agon", 0.02), "hidden": ("agon", 0.01), "grpo": ("grpo", 0.0),
+               "grpo_matched": ("grpo", 0.05)}
+
+
+def _experiment_runs(divergence: bool = False, recap: bool = False) -> list[RunRecord]:
+    """Two seeds of agon, hidden, grpo and grpo_matched, as the results sweeps launch them (experiment=...): six
+    training steps whose accuracy is GRPO's plus the experiment's offset plus the batch's swing, an evaluation at
+    step 0 (traces of 45 tokens) and at step 6 (40 and 41)."""
+    records = []
+    for experiment, (method, offset) in EXPERIMENTS.items():
+        for seed in (0, 1):
+            final = {"eval/accuracy": 0.3 + offset + 0.01 * seed, "eval/final_trace_tokens": 40.0 + seed}
+            start = {"eval/accuracy": 0.2, "eval/final_trace_tokens": 45.0}
+            if divergence and method == "agon":
+                final.update({"eval/agree_AB": 0.5, "eval/agree_AA": 0.7, "eval/agree_BB": 0.6 + 0.1 * seed,
+                              "eval/divergence": 0.15 + 0.05 * seed})
+                start.update({"eval/agree_AB": 0.6, "eval/agree_AA": 0.6, "eval/agree_BB": 0.6,
+                              "eval/divergence": 0.0})
+            if recap:
+                for row, at in ((start, 0.0), (final, 0.1)):
+                    row.update({"recap/n_wrong": 10.0, "recap/A/rival": 0.2 + at, "recap/A/correct": 0.5 + at,
+                                "recap/A/wrong": 0.3 + at, "recap/A/none": 0.1 + at})
+            steps = [{"train/step": t, "train/accuracy": 0.3 + offset + BATCH[t] + 0.01 * seed,
+                      "train/final_trace_tokens": 42.0} for t in range(1, 7)]
+            summary = _summary(method, **{k: v for k, v in final.items() if not k.startswith("recap/")},
+                               experiment=experiment, seed=seed, method_label=METHODS[method].label,
+                               exchange="hidden" if experiment == "hidden" else "visible",
+                               method_axes=list(METHODS[method].axes))
+            summary["eval/accuracy_at_start"] = 0.2
+            records.append(RunRecord(run_id=f"{experiment}/{seed}", summary=summary,
+                                     overrides=[f"experiment={experiment}", f"seed={seed}"],
+                                     metrics=[{"train/step": 0, **start}, *steps, {"train/step": 6, **final}]))
+    return records
+
+
+def test_the_runs_frame_holds_each_eval_metric_at_the_start(data):
+    # the fixture's start evaluation: traces of 60 tokens in every run
+    complete = data.runs[data.runs["status"] == "complete"]
+    assert (complete["eval/final_trace_tokens_at_start"] == 60).all()
+    # an untrained run (MoA) evaluates twice at step 0: its start is the first row, not the last (the final)
+    twice = [{"train/step": 0, "eval/accuracy": 0.2, "eval/final_trace_tokens": 45.0},
+             {"train/step": 0, "eval/accuracy": 0.3, "eval/final_trace_tokens": 46.0}]
+    moa = _summary("moa", **{"eval/final_trace_tokens": 46.0})
+    # without a start evaluation its one row at step 0 is its final one, which is no start
+    once = {**_summary("moa", **{"eval/final_trace_tokens": 46.0}), "eval/accuracy_at_start": None}
+    runs = frames([RunRecord("twice", summary=moa, metrics=twice),
+                   RunRecord("once", summary=once, metrics=twice[1:])]).runs.set_index("run_id")
+    assert runs.loc["twice", "eval/final_trace_tokens_at_start"] == 45.0
+    assert math.isnan(runs.loc["once", "eval/final_trace_tokens_at_start"])
+
+
+def test_divergence_shows_only_when_the_runs_logged_it(data):
+    from analysis.figures import divergence_figure
+
+    assert not {"divergence", "agree_AB", "agree_self"} & set(cells_table(data.runs).columns)
+    assert "divergence" not in to_markdown(results_table(data))
+    assert divergence_figure(data, results_table(data)) is None
+    logged = frames(_experiment_runs(divergence=True))
+    table = cells_table(logged.runs).set_index("cell")
+    # agon: divergence .15 and .20; agree_AB .5; own agreement (.7 + .6) / 2 and (.7 + .7) / 2
+    assert table.loc["competitive · visible", "divergence"] == pytest.approx(0.175)
+    assert table.loc["competitive · visible", "agree_AB"] == pytest.approx(0.5)
+    assert table.loc["competitive · visible", "agree_self"] == pytest.approx(0.675)
+    assert math.isnan(table.loc["GRPO", "divergence"])  # one adapter: nothing to agree with
+    md = to_markdown(results_table(logged))
+    assert "| divergence | agree A·B % | agree self % |" in md and "| +17.5 | 50.0 | 67.5 |" in md
+    fig = divergence_figure(logged, results_table(logged))
+    assert fig is not None and [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+        "competitive · visible", "competitive · hidden"]
+
+
+def test_the_forest_plot_has_one_row_per_claim_and_make_figures_writes_it(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from analysis.claims import claims_table
+    from analysis.figures import claims_forest_figure, make_figures
+
+    data = frames(_experiment_runs())
+    claims = claims_table(data.runs)
+    assert list(claims["claim"]) == ["Agon (competitive, visible) beats vanilla GRPO",
+                                     "Agon beats GRPO at Agon's rollout budget (2N per problem)",
+                                     "the hidden exchange is about GRPO",
+                                     "Agon's traces get shorter than GRPO's (change since the start)"]
+    fig = claims_forest_figure(claims)
+    labels = [t.get_text().replace("\n", " ") for ax in fig.axes for t in ax.get_yticklabels()]
+    assert labels == list(claims["claim"])
+    # accuracy in points and length in tokens: a panel each; the band +-margin on the similar claim's row
+    assert len(fig.axes) == 2 and len(fig.axes[0].collections) == 3  # one band per accuracy row
+    plt.close(fig)
+    paths = make_figures(data, tmp_path)
+    assert tmp_path / "claims_forest.png" in paths and (tmp_path / "claims_forest.png").stat().st_size > 10_000
+    assert "claims_forest" not in " ".join(p.name for p in make_figures(load_runs(FIXTURES), tmp_path / "f"))
+
+
+def test_the_two_grpo_cells_have_colours_of_their_own():
+    from analysis.figures import cell_colors, trace_length_figure
+
+    data = frames(_experiment_runs())
+    table = results_table(data)
+    assert list(table["cell"])[-2:] == ["GRPO", "GRPO [experiment=grpo_matched]"]
+    colors = cell_colors(data.runs)
+    plain, matched = (cell_style(r, colors)["color"] for _, r in table.iloc[-2:].iterrows())
+    assert plain == BASELINE_COLORS[1] and matched != plain
+    # and so they are drawn: the bars of one figure, in the table's order
+    fig = trace_length_figure(data, table)
+    bars = [p.get_facecolor() for p in fig.axes[0].patches]
+    assert bars[-1] != bars[-2]
+
+
+def test_training_curves_against_grpo_on_the_same_seed_drop_the_batches_swings():
+    """Every step's batch swings all cells' accuracy by up to 20 points; paired with GRPO's curve on the same seed,
+    agon's difference is its 2 points at every step, and grpo_matched's its 5."""
+    import matplotlib.pyplot as plt
+
+    from analysis.figures import seed_curves, training_curves_figure
+
+    data = frames(_experiment_runs())
+    table = results_table(data)
+    fig = training_curves_figure(data, table)
+    diff_ax = fig.axes[1]
+    flat = sorted(round(float(np.mean(line.get_ydata())), 6) for line in diff_ax.lines
+                  if len(line.get_ydata()) > 2 and np.ptp(line.get_ydata()) < 1e-9)
+    assert flat == [1.0, 2.0, 5.0]  # hidden, agon, grpo_matched
+    plt.close(fig)
+    # each run smoothed: the batch's swing shrinks, and the curves are the seeds' (one column each)
+    curves = seed_curves(data.steps, table.set_index("cell").loc["GRPO", "cell_key"], "train/accuracy", 100)
+    assert list(curves.columns) == ["0", "1"] and list(curves.index) == [1, 2, 3, 4, 5, 6]
+    assert np.ptp(curves["0"]) < np.ptp(np.array(BATCH[1:]) * 100) / 2
+
+
+def test_the_recap_figure_fits_a_page():
+    import matplotlib.pyplot as plt
+
+    from analysis.figures import PAGE_WIDTH, recap_figure
+
+    data = frames(_experiment_runs(recap=True))
+    fig = recap_figure(data, results_table(data))
+    assert fig.get_size_inches()[0] == PAGE_WIDTH <= 7.5
+    # the legend sits outside the panels, and the cells are read at 9 points or more
+    assert fig.legends and all(ax.get_legend() is None for ax in fig.axes)
+    assert min(t.get_fontsize() for t in fig.axes[0].get_yticklabels()) >= 9
+    assert len(fig.axes[0].get_yticklabels()) == 4
+    plt.close(fig)

@@ -23,8 +23,9 @@ def test_every_packed_task_has_its_figures_and_a_section_of_the_page():
     assert TASKS == ["arithmetic_hard", "products"]
     page = (REPO / "docs" / "results.md").read_text()
     for task in TASKS:
-        assert f"results/{task}/accuracy_grid.png" in page
-        assert (REPO / "docs" / "results" / task / "accuracy_grid.png").is_file()
+        for figure in ("accuracy_grid", "claims_forest", "recap_diagnostic", "training_curves"):
+            assert f"results/{task}/{figure}.png" in page, (task, figure)
+            assert (REPO / "docs" / "results" / task / f"{figure}.png").is_file(), (task, figure)
 
 
 @pytest.mark.parametrize("task", TASKS)
