@@ -13,8 +13,9 @@ orders. The headline (``eval/accuracy``) is, per method:
 
 (each method declares its pairs and headline: ``methods.Method.evaluation``).
 
-The second stage sees the recap under ``exchange=visible`` and the plain prompt under ``exchange=hidden``, the same
-information it had in training. Keys that do not apply to a method are None (null in summary.json).
+The second stage sees the recap under ``exchange=visible``, the plain prompt under ``exchange=hidden``, and the plain
+prompt after the drafter's key/value states of ``exchange.span`` under ``exchange=latent`` (``agon.latent``), the
+same information it had in training. Keys that do not apply to a method are None (null in summary.json).
 
 Divergence: ``eval/agree_AB`` is the chance that a draft of A and a draft of B to the same problem commit to the
 same answer (``agon.tasks.text.final_answer``; no answer agrees with nothing), ``eval/agree_AA`` and
@@ -116,7 +117,8 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
             bar.set_postfix_str(order)
             games[order] = play_split(ranks, policies, task, cfg.model, problems, drafter=drafter,
                                       challenger=answerer, exchange=cfg.exchange.mode, group_size=samples,
-                                      sampling=sampling, engine=engine, on_sampled=bar.update)[0]
+                                      sampling=sampling, engine=engine, on_sampled=bar.update,
+                                      span=cfg.exchange.span)[0]
     return summarise(games, evaluation.headline, step=step, phase=phase)
 
 

@@ -226,8 +226,11 @@ class RewardConfig:
 
 @dataclass
 class ExchangeConfig:
-    # visible: the challenger reads the drafter's recap; hidden: the plain prompt only
+    # visible: the challenger reads the drafter's recap; hidden: the plain prompt only; latent: the plain prompt after
+    # the drafter's key/value states of `span` (agon.latent)
     mode: str = "visible"
+    # latent only: recap (the recap's tokens) | trace (the drafter's prompt and reasoning through </think>)
+    span: str = "recap"
 
 
 @dataclass
@@ -523,7 +526,7 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
 # cross-field checks
 
 
-EXCHANGES = ("visible", "hidden")
+EXCHANGES = ("visible", "hidden", "latent")
 ROTATIONS = ("alternate", "fixed")
 WARM_STARTS = ("own", "arithmetic")
 INITS = ("divergent", "symmetric", "split")
@@ -580,6 +583,27 @@ def _check_family(cfg: DictConfig) -> None:
                           f"each adapter{' (' + why + ')' if why else ''}; choose one of {list(family.engines)}")
 
 
+def _check_latent(cfg: DictConfig) -> None:
+    """``exchange.span`` names a span, and under ``exchange.mode=latent`` the engine reads an external prefix of
+    key/value states and the family's layers are all full attention (``agon.latent``)."""
+    from agon.engines import ENGINES
+    from agon.families import FAMILIES
+    from agon.latent import SPANS
+
+    _one_of("exchange.span", cfg.exchange.span, list(SPANS))
+    if cfg.exchange.mode != "latent":
+        return
+    # a fallback only replaces vllm, or an engine the family does not serve, and neither passes this check
+    name = cfg.generation.engine
+    if not ENGINES.get_or_raise(name).latent_prefix:
+        raise ConfigError(f"generation.engine={name} cannot play exchange.mode=latent: it takes no external key/value "
+                          f"states (it keeps its own paged cache); set generation.engine=hf, or another exchange.mode")
+    family = FAMILIES.get(cfg.model.family)
+    if family is not None and family.latent_exchange_refused:
+        raise ConfigError(f"exchange.mode=latent does not serve model.family={family.name}: "
+                          f"{family.latent_exchange_refused}")
+
+
 def validate(cfg: DictConfig) -> None:
     """Checks that need more than one key or a registry. Raises ConfigError naming the full key."""
     from agon.distributed import launched_world_size
@@ -601,6 +625,7 @@ def validate(cfg: DictConfig) -> None:
     _one_of("task.kind", cfg.task.kind, list(TASKS))
     _one_of("generation.engine", cfg.generation.engine, list(ENGINES))
     _check_family(cfg)
+    _check_latent(cfg)
     if cfg.generation.fallback is not None:
         _one_of("generation.fallback", cfg.generation.fallback, [n for n in ENGINES if n != "vllm"])
     _one_of("generation.vllm.placement", cfg.generation.vllm.placement, PLACEMENTS)

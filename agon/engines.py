@@ -39,9 +39,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from agon.distributed import Ranks
+from agon.latent import Prefixes
 from agon.policies import Completion, Policies, model_source
 from agon.registry import Registry
 
@@ -88,14 +89,26 @@ OnSampled = Callable[[int], object] | None
 class Engine:
     """Samples completions of the adapters of ``policies``; ``close`` frees what it holds."""
 
+    # reads a latent prefix of key/value states before each prompt (exchange=latent, agon.latent); the config check
+    # refuses exchange=latent with an engine that does not
+    latent_prefix: ClassVar[bool] = False
+
     def __init__(self, policies: Policies, cfg: Any = None, ranks: Ranks = Ranks(), log: Callable = print):
         self.policies = policies
 
     def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling,
-               on_sampled: OnSampled = None) -> list[Completion]:
+               on_sampled: OnSampled = None, prefixes: Prefixes | None = None) -> list[Completion]:
         """One completion per prompt; ``on_sampled(n)`` as the engine's own batches of ``n`` return (all of them
-        together, for an engine that returns them at once)."""
+        together, for an engine that returns them at once). ``prefixes``: each prompt read after its row's latent
+        prefix (``latent_prefix`` engines only)."""
         raise NotImplementedError
+
+    def _refuse(self, prefixes: Prefixes | None) -> None:
+        """An ``EngineError`` when there is a prefix to read and this engine cannot read one."""
+        if prefixes is not None and not prefixes.empty and not self.latent_prefix:
+            name = next((k for k, v in ENGINES.items() if v is type(self)), type(self).__name__)
+            raise EngineError(f"generation.engine={name} takes no external key/value states, so it cannot play "
+                              f"exchange.mode=latent; sample with generation.engine=hf")
 
     def close(self) -> None:
         pass
@@ -135,14 +148,17 @@ def build_engine(cfg: Any, policies: Policies, ranks: Ranks = Ranks(), log: Call
 
 @register_engine("hf")
 class HFEngine(Engine):
-    """transformers' ``generate`` on the trainer's model, the active adapter switched per call."""
+    """transformers' ``generate`` on the trainer's model, the active adapter switched per call; reads a latent prefix
+    as a prefilled cache (``Policies.sample``)."""
+
+    latent_prefix = True
 
     def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling,
-               on_sampled: OnSampled = None) -> list[Completion]:
+               on_sampled: OnSampled = None, prefixes: Prefixes | None = None) -> list[Completion]:
         return self.policies.sample(prompts, adapter, max_new_tokens=sampling.max_new_tokens,
                                     temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                                     batch_tokens=sampling.batch_tokens, ignore_eos=sampling.ignore_eos,
-                                    on_sampled=on_sampled)
+                                    on_sampled=on_sampled, prefixes=prefixes)
 
 
 @register_engine("hf_continuous")
@@ -150,12 +166,14 @@ class HFContinuousEngine(Engine):
     """transformers' continuous batching (``generate_batch``) on the trainer's model, the active adapter switched per
     call: a paged KV cache that a finished row hands to a waiting one, so a call costs about its total tokens, not
     its rows times the longest row (``generate`` runs every row of a batch until the last one ends). The fallback of
-    the paper presets where vLLM is not installed; its sampler reports no log-probs (no correction applies)."""
+    the paper presets where vLLM is not installed; its sampler reports no log-probs (no correction applies). Its
+    paged cache takes no external key/value states: no latent exchange."""
 
     def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling,
-               on_sampled: OnSampled = None) -> list[Completion]:
+               on_sampled: OnSampled = None, prefixes: Prefixes | None = None) -> list[Completion]:
         from transformers import GenerationConfig
 
+        self._refuse(prefixes)
         p = self.policies
         ids = p.prompt_ids(prompts)
         room = p.room([len(x) for x in ids], sampling.max_new_tokens)
@@ -403,7 +421,8 @@ class VLLMEngine(Engine):
         return self._ids
 
     def sample(self, prompts: Sequence[str], adapter: str | None, sampling: Sampling,
-               on_sampled: OnSampled = None) -> list[Completion]:
+               on_sampled: OnSampled = None, prefixes: Prefixes | None = None) -> list[Completion]:
+        self._refuse(prefixes)  # vLLM's paged cache takes no external key/value states
         lora_id = None if adapter is None else self._publish(adapter)
         ids = self.policies.prompt_ids(prompts)
         room = [min(r, self.max_model_len - len(x))

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from agon.families import Family, get_family
+from agon.latent import Prefixes, checkpointing_reads_cache, fixed_cache, left_pad, positions
 from agon.scoring import selective_logps
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -74,23 +75,35 @@ class Completion:
 
 @dataclass(frozen=True)
 class Tokens:
-    """Prompts and completions as tensors, on the CPU (``token_logps`` moves each micro-batch to the model)."""
+    """Prompts and completions as tensors, on the CPU (``token_logps`` moves each micro-batch to the model); under
+    ``exchange=latent`` also each row's prefix (``agon.latent``: ids run under the drafter's adapter before the
+    prompt), else None."""
 
     prompt_ids: torch.Tensor  # [B, P] long, left-padded
     prompt_mask: torch.Tensor  # [B, P] long
     completion_ids: torch.Tensor  # [B, T] long, right-padded
     completion_mask: torch.Tensor  # [B, T] long, 1 on completion tokens
+    prefix_ids: torch.Tensor | None = None  # [B, S] long, left-padded (S = 0 when every prefix is empty)
+    prefix_mask: torch.Tensor | None = None  # [B, S] long
 
     def __getitem__(self, rows: slice | torch.Tensor) -> "Tokens":
+        def cut(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x[rows]
+
         return Tokens(self.prompt_ids[rows], self.prompt_mask[rows], self.completion_ids[rows],
-                      self.completion_mask[rows])
+                      self.completion_mask[rows], cut(self.prefix_ids), cut(self.prefix_mask))
 
     def __len__(self) -> int:
         return self.prompt_ids.size(0)
 
-    def widths(self) -> list[tuple[int, int]]:
-        """(prompt tokens, completion tokens) of every row, what ``token_batches`` cuts by."""
-        return list(zip(self.prompt_mask.sum(1).tolist(), self.completion_mask.sum(1).tolist()))
+    def widths(self) -> list[tuple[int, ...]]:
+        """(prompt tokens, completion tokens) of every row, what ``token_batches`` cuts by; (prefix, prompt,
+        completion) when the rows have prefixes, each part padded apart (the prefix's tokens count in every
+        budget: their keys and values are held and attended to like the prompt's)."""
+        parts = [self.prompt_mask, self.completion_mask]
+        if self.prefix_mask is not None:
+            parts.insert(0, self.prefix_mask)
+        return list(zip(*(m.sum(1).tolist() for m in parts)))
 
 
 def render_chat(tokenizer: Any, user: str, system: str | None = None, enable_thinking: bool = True) -> str:
@@ -100,36 +113,39 @@ def render_chat(tokenizer: Any, user: str, system: str | None = None, enable_thi
                                          enable_thinking=enable_thinking)
 
 
-def token_batches(widths: Sequence[tuple[int, int]], budget: int, max_rows: int | None = None) -> list[slice]:
-    """Contiguous slices of rows, each within ``budget`` tokens: rows x (widest first part + widest second part).
+def token_batches(widths: Sequence[tuple[int, ...]], budget: int, max_rows: int | None = None) -> list[slice]:
+    """Contiguous slices of rows, each within ``budget`` tokens: rows x (sum over parts of each part's widest).
 
-    ``widths[i]`` is row i's (prompt, completion) length; padding makes every row of a slice as wide as its widest
-    prompt plus its widest completion. A row wider than the budget still gets a slice of its own.
+    ``widths[i]`` is row i's length in each part padded apart: (prompt, completion), or (prefix, prompt,
+    completion) under ``exchange=latent``; padding makes every row of a slice as wide as the sum of the widest of
+    each part. A row wider than the budget still gets a slice of its own.
     """
-    out, start, first, second = [], 0, 0, 0
-    for i, (a, b) in enumerate(widths):
-        wa, wb = max(first, a), max(second, b)
+    out: list[slice] = []
+    start, widest = 0, None
+    for i, row in enumerate(widths):
+        grown = tuple(row) if widest is None else tuple(max(w, r) for w, r in zip(widest, row))
         rows = i - start + 1
-        if rows > 1 and (rows * (wa + wb) > budget or (max_rows is not None and rows > max_rows)):
+        if rows > 1 and (rows * sum(grown) > budget or (max_rows is not None and rows > max_rows)):
             out.append(slice(start, i))
-            start, wa, wb = i, a, b
-        first, second = wa, wb
+            start, grown = i, tuple(row)
+        widest = grown
     if widths:
         out.append(slice(start, len(widths)))
     return out
 
 
-def length_batches(widths: Sequence[tuple[int, int]], budget: int, max_rows: int | None = None,
+def length_batches(widths: Sequence[tuple[int, ...]], budget: int, max_rows: int | None = None,
                    solo_tokens: int | None = None) -> list[list[int]]:
     """Row indices of micro-batches of rows of similar length, each within ``budget`` as ``token_batches`` counts it.
 
-    ``widths[i]`` is row i's (prompt, completion) length. Rows are taken longest first (prompt + completion; equal
-    lengths in their original order), so a micro-batch pads its rows only up to its neighbours' lengths, not to the
-    longest row of the batch. A row of at least ``solo_tokens`` (None: no such rule) is a micro-batch of its own:
-    nothing to pad, so it runs without an attention mask. Every row is in exactly one micro-batch; the longest come
-    first, so a batch too large for the device fails at its first micro-batch.
+    ``widths[i]`` is row i's length in each part (prompt, completion; or prefix, prompt, completion). Rows are
+    taken longest first (the sum of the parts; equal lengths in their original order), so a micro-batch pads its
+    rows only up to its neighbours' lengths, not to the longest row of the batch. A row of at least ``solo_tokens``
+    (None: no such rule) is a micro-batch of its own: nothing to pad, so it runs without an attention mask. Every
+    row is in exactly one micro-batch; the longest come first, so a batch too large for the device fails at its
+    first micro-batch.
     """
-    order = sorted(range(len(widths)), key=lambda i: -(widths[i][0] + widths[i][1]))
+    order = sorted(range(len(widths)), key=lambda i: -sum(widths[i]))
     solo = [i for i in order if solo_tokens is not None and sum(widths[i]) >= solo_tokens]
     rest = order[len(solo):]  # the solo rows are the longest, so a prefix of the order
     return [[i] for i in solo] + [rest[part] for part in token_batches([widths[i] for i in rest], budget, max_rows)]
@@ -450,26 +466,37 @@ class Policies:
         batch_tokens: int = 262_144,
         ignore_eos: bool = False,
         on_sampled: Callable[[int], object] | None = None,
+        prefixes: Prefixes | None = None,
     ) -> list[Completion]:
         """One completion per prompt (repeat prompts for a group), sampled with ``adapter`` active; ``on_sampled(n)``
         hears of each ``generate`` call's ``n`` completions as it returns (a progress bar).
 
-        Each ``generate`` call holds at most ``batch_tokens`` tokens (rows x (prompt + max_new_tokens)).
+        ``prefixes`` (``exchange=latent``): each prompt is read after its row's prefix, the key/value states of the
+        prefix ids under ``prefixes.adapter`` (``agon.latent``), the prompt's positions continuing the prefix's.
+        Each ``generate`` call holds at most ``batch_tokens`` tokens (rows x (prefix + prompt + max_new_tokens),
+        each part padded to its widest), and the prefix counts against the model's context.
         ``ignore_eos`` (as vLLM's): generation does not stop at the end of turn, so every completion is
         ``max_new_tokens`` of work (benchmarks that must do equal work); the turn's text, which the verifier and the
         recap read, still ends at the first end-of-turn token, and the tokens after it are kept and scored.
         """
         lengths = [len(x) for x in self.prompt_ids(prompts)]
-        room = self.room(lengths, max_new_tokens)
+        before = [0] * len(prompts) if prefixes is None else [len(x) for x in prefixes.ids]
+        room = self.room([a + b for a, b in zip(before, lengths)], max_new_tokens)
         out: list[Completion | None] = [None] * len(prompts)
         fits = [i for i, r in enumerate(room) if r == max_new_tokens]
         was_training = self.model.training
         self.model.eval()
+
+        def prefix(rows: Sequence[int]) -> Prefixes | None:
+            return None if prefixes is None else prefixes[rows]
+
         with self.use_adapter(adapter):
-            for part in token_batches([(lengths[i], max_new_tokens) for i in fits], batch_tokens):
+            widths = [(before[i], lengths[i], max_new_tokens) if prefixes else (lengths[i], max_new_tokens)
+                      for i in fits]
+            for part in token_batches(widths, batch_tokens):
                 rows = fits[part]
                 for i, c in zip(rows, self._generate([prompts[i] for i in rows], max_new_tokens, temperature,
-                                                     top_p, top_k, ignore_eos)):
+                                                     top_p, top_k, ignore_eos, prefix(rows))):
                     out[i] = c
                 if on_sampled is not None:
                     on_sampled(len(rows))
@@ -477,7 +504,8 @@ class Policies:
                 if r == max_new_tokens:
                     continue
                 none = Completion("", (), truncated=True)  # the prompt alone filled the context
-                c = self._generate([prompts[i]], r, temperature, top_p, top_k, ignore_eos)[0] if r > 0 else none
+                c = self._generate([prompts[i]], r, temperature, top_p, top_k, ignore_eos, prefix([i]))[0] \
+                    if r > 0 else none
                 out[i] = dataclasses.replace(c, context_limited=True)
                 if on_sampled is not None:
                     on_sampled(1)
@@ -523,9 +551,16 @@ class Policies:
         return tuple(sorted(found, key=len, reverse=True))
 
     def _generate(self, prompts: list[str], max_new_tokens: int, temperature: float, top_p: float,
-                  top_k: int, ignore_eos: bool = False) -> list[Completion]:
+                  top_k: int, ignore_eos: bool = False, prefixes: Prefixes | None = None) -> list[Completion]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(self.device) for k, v in enc.items()}
+        if prefixes is not None and not prefixes.empty:
+            # generate takes the whole sequence, prefix included, and runs only what its cache does not hold: the
+            # prompt, under the active adapter; positions come from the whole mask, so the prompt continues at P
+            s_ids, s_mask = left_pad(prefixes.ids, self.tokenizer.pad_token_id)
+            enc = {"input_ids": torch.cat([s_ids, enc["input_ids"]], 1),
+                   "attention_mask": torch.cat([s_mask, enc["attention_mask"]], 1),
+                   self._cache_kwarg: self.prefix_cache(s_ids, s_mask, prefixes)}
+        enc = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in enc.items()}
         # temperature 0 is greedy decoding (vLLM's convention); top_k 0 disables top-k (None would mean 50)
         how = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k) if temperature > 0 else \
             dict(do_sample=False)
@@ -540,14 +575,69 @@ class Policies:
         return [self.completion(prompt, row, ignore_eos)
                 for prompt, row in zip(prompts, gen[:, enc["input_ids"].shape[1]:].tolist())]
 
+    # -- the latent prefix (exchange=latent) ---------------------------------------------------------------------
+
+    @functools.cached_property
+    def _cache_kwarg(self) -> str:
+        """What this transformers calls the cache argument of a forward: ``cache`` (5.x), ``past_key_values``
+        before."""
+        import inspect
+
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+    @functools.cached_property
+    def think_close_ids(self) -> tuple[int, ...]:
+        """The family's end of the reasoning block (``</think>``) as this tokenizer writes it (one token for Qwen3's
+        vocabulary): where the ``trace`` span ends."""
+        return tuple(self.prompt_ids([self.family.think_close])[0])
+
+    @contextlib.contextmanager
+    def adapter_weights(self, adapter: str | None, state: dict[str, torch.Tensor] | None) -> Iterator[None]:
+        """Run the block with ``adapter``'s LoRA weights replaced by ``state`` (``lora_state``'s names), restored on
+        exit; nothing when either is None. Without a graph only: a pass that trains must see the live weights."""
+        if adapter is None or state is None:
+            yield
+            return
+        params = dict(lora_parameters(self.model, adapter))
+        live = {n: params[n].data for n in state}
+        try:
+            for n, value in state.items():
+                params[n].data = value.to(params[n].device)
+            yield
+        finally:
+            for n, value in live.items():
+                params[n].data = value
+
+    @torch.no_grad()
+    def prefix_cache(self, ids: torch.Tensor, mask: torch.Tensor, prefixes: Prefixes, fixed: bool = False) -> Any:
+        """The key/value states of left-padded prefix rows (ids and mask [b, S]) under ``prefixes.adapter`` (with
+        ``prefixes.weights`` when given), each row's real tokens at positions 0..len-1: a transformers cache that
+        ``generate`` extends, or with ``fixed`` one that every pass reads unchanged (``agon.latent.fixed_cache``).
+        Computed without a graph and in eval mode (no LoRA dropout): a constant of the challenger's update, the same
+        at sampling and at scoring."""
+        decoder, _ = self._decoder_and_head()
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with self.use_adapter(prefixes.adapter), self.adapter_weights(prefixes.adapter, prefixes.weights):
+                out = decoder(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                              position_ids=positions(mask).to(self.device), use_cache=True)
+        finally:
+            self.model.train(was_training)
+        cache = out.cache if hasattr(out, "cache") else out.past_key_values
+        return fixed_cache(cache) if fixed else cache
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
     # -- scoring -------------------------------------------------------------------------------------------------
 
-    def batch_tensors(self, prompts: Sequence[str], completions: Sequence[Completion]) -> Tokens:
-        """Left-padded prompts and right-padded completions as tensors: ids and masks [B, P] and [B, T]."""
+    def batch_tensors(self, prompts: Sequence[str], completions: Sequence[Completion],
+                      prefixes: Sequence[Sequence[int]] | None = None) -> Tokens:
+        """Left-padded prompts and right-padded completions as tensors: ids and masks [B, P] and [B, T]; with
+        ``prefixes`` (each row's latent prefix ids) also those, left-padded, [B, S]."""
         enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
         width = max(1, max(c.n_tokens for c in completions))
         ids = torch.full((len(completions), width), self.tokenizer.pad_token_id, dtype=torch.long)
@@ -555,7 +645,10 @@ class Policies:
         for i, c in enumerate(completions):
             ids[i, : c.n_tokens] = torch.tensor(c.token_ids, dtype=torch.long)
             mask[i, : c.n_tokens] = 1
-        return Tokens(enc["input_ids"], enc["attention_mask"], ids, mask)
+        if prefixes is None:
+            return Tokens(enc["input_ids"], enc["attention_mask"], ids, mask)
+        return Tokens(enc["input_ids"], enc["attention_mask"], ids, mask,
+                      *left_pad(prefixes, self.tokenizer.pad_token_id))
 
     def _decoder_and_head(self):
         """The base's decoder stack (final norm included) and its output head as the family computes its logits, run
@@ -565,34 +658,65 @@ class Policies:
         return self.family.decoder_and_head(base)
 
     def token_logps(self, batch: Tokens, rows: slice | None = None, temperature: float = 1.0,
-                    chunk_tokens: int = 512, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+                    chunk_tokens: int = 512, top_k: int = 0, top_p: float = 1.0,
+                    prefixes: Prefixes | None = None) -> torch.Tensor:
         """Log-probabilities of the completion tokens under the active adapter, [b, T] for the selected rows (0 on
         padding), from logits divided by the sampling temperature (as TRL does), so they are the sampler's
-        probabilities. The selected rows are cut to their own widest prompt and completion first, so a micro-batch
-        of short completions pays for its own length, and a selection left with no padding (one row, or rows of equal
-        prompt and equal completion lengths) runs without an attention mask; the output head sees ``chunk_tokens``
-        tokens at a time."""
+        probabilities. The selected rows are cut to their own widest prefix, prompt and completion first, so a
+        micro-batch of short completions pays for its own length, and a selection left with no padding (one row, or
+        rows of equal lengths) runs without an attention mask; the output head sees ``chunk_tokens`` tokens at a
+        time. When ``batch`` has prefixes (``exchange=latent``), ``prefixes`` says whose they are (its adapter and
+        weights; its ids are unused, the batch's are read): their key/value states are computed first, without a
+        graph (``prefix_cache``), and the prompt and completion read them with positions continuing theirs."""
+        hidden, c_ids, scored = self._completion_states(batch, rows, prefixes)
+        values = selective_logps(hidden[scored], c_ids[scored], self._decoder_and_head()[1], temperature,
+                                 chunk_tokens, top_k, top_p)
+        out = torch.zeros(scored.shape, dtype=values.dtype, device=self.device).masked_scatter(scored, values)
+        return torch.nn.functional.pad(out, (0, batch.completion_ids.size(1) - out.size(1)))
+
+    def completion_logits(self, batch: Tokens, rows: slice | None = None,
+                          prefixes: Prefixes | None = None) -> torch.Tensor:
+        """[b, width, V] logits at the positions that predict each completion token (width: the selection's widest
+        completion), as ``token_logps`` computes them before the temperature. Builds the vocabulary-wide tensor:
+        for checks on small batches, never in training."""
+        hidden, _, _ = self._completion_states(batch, rows, prefixes)
+        return self._decoder_and_head()[1](hidden)
+
+    def _completion_states(self, batch: Tokens, rows: slice | None,
+                           prefixes: Prefixes | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(hidden [b, width, H] that predict the completion tokens, completion ids [b, width], scored [b, width]
+        bool), on the model's device, for the selected rows cut to their own widths."""
         part = batch[rows or slice(None)]
         p_ids, p_mask, c_ids, c_mask = part.prompt_ids, part.prompt_mask, part.completion_ids, part.completion_mask
-        full_width = c_ids.size(1)
         first = int(p_mask.any(0).int().argmax())  # columns before it are left padding in every row
         width = max(1, int(c_mask.sum(1).max()))
         p_ids, p_mask, c_ids, c_mask = p_ids[:, first:], p_mask[:, first:], c_ids[:, :width], c_mask[:, :width]
+        s_ids, s_mask = part.prefix_ids, part.prefix_mask
+        if s_mask is not None and s_mask.any():
+            if prefixes is None:
+                raise ValueError("these rows have latent prefixes: say whose they are (prefixes=Prefixes(adapter))")
+            s_first = int(s_mask.any(0).int().argmax())
+            s_ids, s_mask = s_ids[:, s_first:], s_mask[:, s_first:]
+        else:
+            s_ids = s_mask = None  # no prefix in any selected row: the plain pass
         ids = torch.cat([p_ids, c_ids], dim=1).to(self.device)
-        attn = torch.cat([p_mask, c_mask], dim=1)
+        attn = torch.cat([p_mask, c_mask] if s_mask is None else [s_mask, p_mask, c_mask], dim=1)
         # generation numbers positions from the first real token; do the same so the ratio starts at exactly 1
-        position_ids = (attn.cumsum(-1) - 1).clamp(min=0).to(self.device)
+        # (after a prefix of P tokens the prompt's first token is at P, as when the two are written out as one)
+        position_ids = positions(attn)[:, attn.size(1) - ids.size(1):].to(self.device)
         # nothing padded (a solo row of length_batches): no mask at all, so attention is plain causal and SDPA can
         # take its flash path. transformers 5 drops an all-ones mask itself, but only after reading it back from the
         # device; the check here is on the CPU copy
         mask = None if bool(attn.all()) else attn.to(self.device)
-        decoder, head = self._decoder_and_head()
-        # no KV cache: scoring is one pass, and a cache of the whole sequence would only cost memory
-        hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                         use_cache=False).last_hidden_state
+        decoder, _ = self._decoder_and_head()
+        if s_mask is None:
+            # no KV cache: scoring is one pass, and a cache of the whole sequence would only cost memory
+            hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                             use_cache=False).last_hidden_state
+        else:
+            cache = self.prefix_cache(s_ids, s_mask, prefixes, fixed=True)  # type: ignore[arg-type]
+            with checkpointing_reads_cache(decoder):
+                hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False,
+                                 **{self._cache_kwarg: cache}).last_hidden_state
         hidden = hidden[:, p_ids.size(1) - 1 : -1]  # [b, width, H]: the states that predict the completion tokens
-        scored = c_mask.bool().to(self.device)
-        values = selective_logps(hidden[scored], c_ids.to(self.device)[scored], head, temperature,
-                                 chunk_tokens, top_k, top_p)
-        out = torch.zeros(scored.shape, dtype=values.dtype, device=self.device).masked_scatter(scored, values)
-        return torch.nn.functional.pad(out, (0, full_width - width))
+        return hidden, c_ids.to(self.device), c_mask.bool().to(self.device)

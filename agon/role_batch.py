@@ -21,6 +21,7 @@ from typing import Iterator, Mapping, Sequence
 import torch
 
 from agon.grpo import group_advantages
+from agon.latent import Prefixes
 from agon.policies import Policies, Tokens, length_batches
 from agon.rewards import RoleRewards
 from agon.rollout import Game
@@ -49,6 +50,9 @@ class RoleBatch:
     sampler_logps: Tensor | None = None
     # [b] long, where these rows sit in the batch they were cut from (a micro-batch's); None: the batch itself
     rows: Tensor | None = None
+    # exchange=latent, the challenger's rows: whose key/value states their prefixes (tokens.prefix_ids) are, the
+    # drafter's adapter (ids unused: each row's are in tokens); None: no prefixes
+    prefixes: Prefixes | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -107,13 +111,17 @@ def role_batches(policies: Policies, game: Game, rewards: Mapping[str, RoleRewar
         adv = group_advantages(reward.total, group_ids, scale_rewards, adv_eps)  # over the whole batch
         attempts = game.attempts(role)
         mine = attempts[rows]
-        tokens = policies.batch_tensors([a.prompt for a in mine], [a.completion for a in mine])
+        # the challenger's rows read the drafter's states (exchange=latent): the prefixes travel with the tokens
+        latent = role == "challenger" and any(a.prefix for a in attempts)
+        tokens = policies.batch_tensors([a.prompt for a in mine], [a.completion for a in mine],
+                                        [a.prefix for a in mine] if latent else None)
         out.append(RoleBatch(
             role=role, adapter=game.drafter if role == "drafter" else game.challenger, tokens=tokens,
             advantages=adv.advantages[rows], group_ids=group_ids[rows],
             batch_tokens=float(sum(a.completion.n_tokens for a in attempts)), batch_rows=len(attempts),
             frac_zero_std=float(adv.zero_std.float().mean()),
-            sampler_logps=sampler_logps([a.completion.logps for a in mine], tokens.completion_ids.size(1))))
+            sampler_logps=sampler_logps([a.completion.logps for a in mine], tokens.completion_ids.size(1)),
+            prefixes=Prefixes(game.drafter, ()) if latent else None))
     return out
 
 

@@ -3,7 +3,9 @@
 ``play`` samples ``group_size`` drafts per problem from the drafter on the plain prompt, grades them, extracts each
 draft's recap (visible text after ``</think>``, final answer removed; never the reasoning), then, when a challenger
 is given, samples one challenge per draft: from a prompt holding the problem and that recap (``exchange=visible``)
-or from the plain prompt (``exchange=hidden``: the rival is out of context, its outcome still enters the reward).
+or from the plain prompt (``exchange=hidden``: the rival is out of context, its outcome still enters the reward),
+or from the plain prompt read after a prefix of the drafter's key/value states (``exchange=latent``: the span
+``exchange.span`` names, run under the drafter's adapter; ``agon.latent``).
 Rows are ordered problem-major, so each problem's ``group_size`` rows are one GRPO group for either role.
 
 Completions come from an engine (``agon.engines``: transformers or vLLM). Adapter names are the ones in
@@ -23,6 +25,7 @@ import torch
 
 from agon.distributed import Ranks
 from agon.engines import Engine, HFEngine, Sampling
+from agon.latent import SPANS, Prefixes
 from agon.policies import Completion, Policies
 from agon.rewards import Outcome
 from agon.tasks import Problem, Task, Verdict
@@ -35,6 +38,9 @@ class Attempt:
     prompt: str
     completion: Completion
     verdict: Verdict
+    # exchange=latent: the token ids whose key/value states, under the drafter's adapter, preceded the prompt
+    # (empty: none; agon.latent)
+    prefix: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,11 +97,22 @@ class Game:
 
 def sample_attempts(engine: Engine, task: Task, adapter: str | None, problems: Sequence[Problem],
                     prompts: Sequence[str], sampling: Sampling,
-                    on_sampled: Callable[[int], object] | None = None) -> list[Attempt]:
+                    on_sampled: Callable[[int], object] | None = None,
+                    prefixes: Prefixes | None = None) -> list[Attempt]:
     # told as the engine's batches return, before grading: the sampling is the long part, what a progress bar counts
-    completions = engine.sample(prompts, adapter, sampling, on_sampled=on_sampled)
+    kwargs = {} if prefixes is None else {"prefixes": prefixes}  # an engine that predates latent exchange: none
+    completions = engine.sample(prompts, adapter, sampling, on_sampled=on_sampled, **kwargs)
     verdicts = task.verify(problems, [c.text for c in completions])
-    return [Attempt(p, c, v) for p, c, v in zip(prompts, completions, verdicts, strict=True)]
+    ids = prefixes.ids if prefixes is not None else [()] * len(prompts)
+    return [Attempt(p, c, v, tuple(x)) for p, c, v, x in zip(prompts, completions, verdicts, ids, strict=True)]
+
+
+def latent_prefixes(policies: Policies, task: Task, drafts: Sequence[Attempt], drafter: str | None,
+                    span: str) -> Prefixes:
+    """Each draft's ``span`` (``agon.latent.SPANS``) as the prefix its challenger reads, under ``drafter``'s
+    adapter."""
+    cut = SPANS.get_or_raise(span)
+    return Prefixes(drafter, tuple(cut(policies, task, d.prompt, d.completion) for d in drafts))
 
 
 def render(policies: Policies, task: Task, model_cfg: Any, message: str) -> str:
@@ -115,12 +132,14 @@ def play(
     sampling: Sampling,
     engine: Engine | None = None,
     on_sampled: Callable[[int], object] | None = None,
+    span: str = "recap",
 ) -> Game:
     """Draft ``group_size`` times per problem with ``drafter``; challenge each draft with ``challenger``.
 
     ``challenger=False`` plays drafts only (vanilla GRPO, solo evaluation); ``None`` means the base model.
     ``engine`` samples (``agon.engines``; default: ``hf`` on ``policies``). ``on_sampled(n)`` is called as each
-    stage's engine call returns its ``n`` completions.
+    stage's engine call returns its ``n`` completions. ``span``: what of each draft a latent challenger reads
+    (``exchange=latent`` only).
     """
     engine = engine or HFEngine(policies)
     rows = [p for p in problems for _ in range(group_size)]
@@ -129,12 +148,15 @@ def play(
     recaps = [task.recap(d.completion.text) for d in drafts]
     if challenger is False:
         return Game([Round(p, d, r) for p, d, r in zip(rows, drafts, recaps)], drafter, None, group_size)
+    prefixes = None
     if exchange == "visible":
         prompts = [render(policies, task, model_cfg, task.challenge_message(p, r)) for p, r in zip(rows, recaps)]
     else:
         prompts = plain
+        if exchange == "latent":
+            prefixes = latent_prefixes(policies, task, drafts, drafter, span)
     challenges = sample_attempts(engine, task, challenger, rows, prompts, sampling,  # type: ignore[arg-type]
-                                 on_sampled)
+                                 on_sampled, prefixes)
     rounds = [Round(p, d, r, c) for p, d, r, c in zip(rows, drafts, recaps, challenges)]
     return Game(rounds, drafter, challenger, group_size)  # type: ignore[arg-type]
 

@@ -38,6 +38,7 @@ from agon.distributed import Ranks
 from agon.engines import Engine, Sampling, build_engine
 from agon.grpo import is_extreme, masked_mean, merge_stats, policy_loss, sampler_correction, sampler_mismatch
 from agon.health import LearningWatch
+from agon.latent import Prefixes
 from agon.methods import get_method
 from agon.policies import Policies, Tokens
 from agon.recorder import Recorder
@@ -125,11 +126,13 @@ class Trainer:
 
     # -- the update: loss, gradient bookkeeping, optimizer step ---------------------------------------------------
 
-    def _score(self, tokens: Tokens) -> torch.Tensor:
+    def _score(self, tokens: Tokens, prefixes: Prefixes | None = None) -> torch.Tensor:
         """[b, T] log-probs of the completion tokens under the active adapter, on the distribution the rollouts were
-        sampled from: the trainer's temperature, and its top-k and top-p applied to the logits as the sampler does."""
+        sampled from: the trainer's temperature, and its top-k and top-p applied to the logits as the sampler does;
+        after the rows' latent prefixes (``prefixes``: whose they are) when they have them, as they were sampled."""
         t = self.t
-        return self.policies.token_logps(tokens, None, t.temperature, t.logit_chunk_tokens, t.top_k, t.top_p)
+        return self.policies.token_logps(tokens, None, t.temperature, t.logit_chunk_tokens, t.top_k, t.top_p,
+                                         prefixes)
 
     def _logps(self, batch: RoleBatch, adapter: str | None) -> torch.Tensor:
         """[b, T] log-probs of ``batch`` under ``adapter``, without a graph, one micro-batch at a time, in the
@@ -138,7 +141,7 @@ class Trainer:
         if len(batch) == 0:  # a rank with no rows of this role
             return torch.zeros(batch.mask.shape, device=self.policies.device)
         with torch.no_grad(), self.policies.use_adapter(adapter):
-            parts = [(mb.rows, self._score(mb.tokens))
+            parts = [(mb.rows, self._score(mb.tokens, mb.prefixes))
                      for mb in batch.micro_batches(t.scoring_batch_tokens, t.micro_batch_size, t.solo_row_tokens)]
         return in_place(parts, len(batch))
 
@@ -153,7 +156,7 @@ class Trainer:
             # the grouping nor the order of micro-batches changes it beyond the order of float sums
             for mb in batch.micro_batches(t.scoring_batch_tokens, t.micro_batch_size, t.solo_row_tokens):
                 mask = mb.mask.to(device)
-                logps = self._score(mb.tokens)
+                logps = self._score(mb.tokens, mb.prefixes)
                 old = logps.detach() if mb.old_logps is None else mb.old_logps.to(device)
                 sampler = None if mb.sampler_logps is None else mb.sampler_logps.to(device)
                 weights = None
@@ -211,6 +214,11 @@ class Trainer:
         """GRPO on every rewarded role of ``game`` (the whole step's batch), this rank's ``rows`` of it."""
         t = self.t
         batches = role_batches(self.policies, game, rewards, rows, t.scale_rewards, t.adv_eps)
+        # a latent prefix is the drafter's states as sampled: from the second pass on the drafter has stepped, so
+        # its weights of now are kept for the prefixes of every later pass (LoRA weights only: a few MB)
+        batches = [replace(b, prefixes=replace(b.prefixes, weights=self.policies.lora_state(b.prefixes.adapter)))
+                   if b.prefixes is not None and b.prefixes.adapter is not None and t.num_iterations > 1 else b
+                   for b in batches]
         batches = [replace(b, old_logps=self._logps(b, b.adapter) if t.num_iterations > 1 else None,
                            ref_logps=self._logps(b, None) if t.beta != 0 else None) for b in batches]
         trained = sorted({b.adapter for b in batches if b.adapter is not None})
@@ -240,7 +248,8 @@ class Trainer:
         turn = self.method.turn(self.cfg.rotation.mode, self.state.step)
         game, rows = play_split(self.ranks, self.policies, self.task, self.cfg.model, self.next_problems(),
                                 drafter=turn.drafter, challenger=turn.challenger, exchange=self.cfg.exchange.mode,
-                                group_size=self.t.num_generations, sampling=self.sampling, engine=self.engine)
+                                group_size=self.t.num_generations, sampling=self.sampling, engine=self.engine,
+                                span=self.cfg.exchange.span)
         outcome = game.outcome()
         round_rewards = compute_rewards(outcome, self.cfg.reward)
         rewards = {"drafter": round_rewards.drafter}

@@ -77,6 +77,9 @@ class Family:
     engines: ClassVar[tuple[str, ...]] = ("hf", "hf_continuous", "vllm")
     # why an engine is missing from ``engines``, for the error message
     engine_notes: ClassVar[dict[str, str]] = {}
+    # every layer full attention over one cache of keys and values, so a prefix of key/value states is all a later
+    # token reads of earlier ones (exchange=latent, agon.latent); None: yes, else why not
+    latent_exchange_refused: ClassVar[str | None] = None
     # extra keyword arguments of vLLM's ``LLM`` for this family (plain values: they travel to the worker)
     vllm_engine_args: ClassVar[dict[str, Any]] = {}
     # what ``model_shape`` builds offline; None: the family has no offline shape

@@ -97,6 +97,8 @@ class Gemma4(Family):
     think_open, think_close = CHANNEL_OPEN, CHANNEL_CLOSE
     end_of_turn = ("<turn|>",)
     engines = ("hf", "vllm")
+    latent_exchange_refused = "its sliding-window layers and shared key/value layers keep states a plain prefix of " \
+                              "keys and values does not describe"
     # vLLM serves the checkpoint as its language model, as agon trains it: the multimodal class would need
     # torchvision and image/audio limits of 0, and the adapters' module names are the text model's
     vllm_engine_args = {"hf_overrides": {"architectures": ["Gemma4ForCausalLM"]}}

@@ -61,6 +61,8 @@ SHAPE = Shape(
 class Qwen3_5(Qwen3):
     name, label = "qwen3_5", "Qwen3.5"
     engines = ("hf",)
+    latent_exchange_refused = "its linear-attention layers carry a recurrent state that a prefix of keys and values " \
+                              "does not hold"
     engine_notes = {"vllm": "vLLM 0.32 loads adapters saved from the text-only model into the multimodal checkpoint "
                             "without error but applies none of them (their keys are model.layers.*, its names "
                             "model.language_model.*), and its CPU build needs torchvision; not wired yet",
