@@ -66,8 +66,8 @@ class RecordingEngine(HFEngine):
         super().__init__(policies)
         self.calls: list[tuple[list[str], Sampling, list[Completion]]] = []
 
-    def sample(self, prompts, adapter, sampling, on_sampled=None) -> list[Completion]:
-        out = super().sample(prompts, adapter, sampling, on_sampled)
+    def sample(self, prompts, adapter, sampling, on_sampled=None, prefixes=None) -> list[Completion]:
+        out = super().sample(prompts, adapter, sampling, on_sampled, prefixes)
         self.calls.append((list(prompts), sampling, out))
         return out
 

@@ -49,6 +49,12 @@ _REWARD_TABLE = f"{REWARDS}::test_every_mode_pays_each_term_by_hand_over_the_who
 _REWARD_PRESETS = f"{REWARDS}::test_each_shipped_reward_preset_pays_its_documented_form_over_the_truth_table"
 _STAGES = "tests/test_rollout.py::test_each_stage_is_played_by_the_adapter_the_turn_names"
 _EXCHANGE_IN_TRAINING = "tests/test_trainer.py::test_the_exchange_mode_is_what_a_training_challenger_reads"
+LATENT = "tests/test_latent.py"
+_LATENT_GAME = f"{LATENT}::test_a_latent_challenger_reads_the_plain_prompt_after_its_drafters_span"
+_LATENT_STEP = (f"{LATENT}::"
+                "test_a_latent_step_moves_the_challenger_and_no_gradient_reaches_the_drafter_through_the_prefix")
+_LATENT_REFUSED = (f"{LATENT}::"
+                   "test_engines_that_cannot_read_a_prefix_are_refused_before_any_model_loads_naming_both_keys")
 _WATCH_CONFIG = f"{HEALTH}::test_the_trainer_watches_with_the_warn_settings_of_its_config"
 _PRUNING = ("tests/test_resume.py::"
             "test_checkpoint_every_writes_every_nth_step_and_keep_checkpoints_prunes_the_oldest_after_the_newest")
@@ -211,7 +217,9 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "reward.team_weight": (_REWARD_TABLE, _REWARD_PRESETS),
     "reward.format_weight": (_REWARD_TABLE, _REWARD_PRESETS),
     # -- the game's axes
-    "exchange.mode": (_STAGES, _EXCHANGE_IN_TRAINING),
+    "exchange.mode": (_STAGES, _EXCHANGE_IN_TRAINING, _LATENT_REFUSED),
+    # each span's tokens are the prefix a latent challenger reads, in a game and in a training step
+    "exchange.span": (_LATENT_GAME, _LATENT_STEP),
     "rotation.mode": (_STAGES, "tests/test_trainer.py::test_rotation_schedule"),
     # -- the learning watch: each rule with one role apart from the other
     "trainer.warn_after_steps": (

@@ -72,11 +72,13 @@ def test_one_step_moves_both_adapters_and_not_the_base(step_cfg, policies, tmp_p
     assert read_jsonl(tmp_path / "metrics.jsonl")[-1]["train/step"] == 1
 
 
-@pytest.mark.parametrize("exchange", ["visible", "hidden"])
+@pytest.mark.parametrize("exchange", ["visible", "hidden", "latent"])
 def test_the_exchange_mode_is_what_a_training_challenger_reads(step_cfg, policies, tmp_path, monkeypatch, exchange):
     """A training step's challengers read ``exchange.mode``'s prompt: the problem and its drafter's recap
-    (visible), or the drafter's own plain prompt (hidden). The game is caught on its way out of the real rollout."""
+    (visible), or the drafter's own plain prompt (hidden; latent, after the drafter's states of its recap's tokens,
+    ``exchange.span``'s default). The game is caught on its way out of the real rollout."""
     import agon.trainer
+    from agon.latent import SPANS
     from agon.rollout import render
 
     games = []
@@ -91,7 +93,9 @@ def test_the_exchange_mode_is_what_a_training_challenger_reads(step_cfg, policie
         message = (trainer.task.challenge_message(r.problem, r.recap) if exchange == "visible"
                    else trainer.task.user_message(r.problem))
         assert r.challenge.prompt == render(policies, trainer.task, step_cfg.model, message)
-        assert (r.challenge.prompt == r.draft.prompt) is (exchange == "hidden")
+        assert (r.challenge.prompt == r.draft.prompt) is (exchange != "visible")
+        span = SPANS[step_cfg.exchange.span](policies, trainer.task, r.draft.prompt, r.draft.completion)
+        assert r.challenge.prefix == (span if exchange == "latent" else ())
 
 
 def test_step_metrics_are_the_games_own_rates(step_cfg, policies, tmp_path):
@@ -157,25 +161,33 @@ def reference_update(policies: Policies, game, rewards, t, optimizers) -> dict[s
     """One GRPO update written out plainly: whole batches (no micro-batches), old and reference log-probs taken
     before the first pass, both roles' losses summed into their adapters' gradients, then per adapter a clip and a
     step. Built only from ``grpo``'s pure functions, which tests/test_grpo.py checks against TRL. Returns each
-    role's loss, clip ratios and KL of the last pass, over the whole batch."""
+    role's loss, clip ratios and KL of the last pass, over the whole batch. A latent challenger's rows are scored
+    after their prefixes under the drafter's weights as they were before the first pass, kept whatever the count of
+    passes."""
+    from agon.latent import Prefixes
+
     prepared, stats = [], {}
+    as_sampled = Prefixes(game.drafter, (), weights=policies.lora_state(game.drafter))
     for role, adapter in (("drafter", game.drafter), ("challenger", game.challenger)):
         attempts = game.attempts(role)
-        batch = policies.batch_tensors([a.prompt for a in attempts], [a.completion for a in attempts])
+        latent = any(a.prefix for a in attempts)
+        batch = policies.batch_tensors([a.prompt for a in attempts], [a.completion for a in attempts],
+                                       [a.prefix for a in attempts] if latent else None)
+        prefixes = as_sampled if latent else None
         adv = group_advantages(rewards[role].total, game.group_ids(), t.scale_rewards, t.adv_eps).advantages
         with torch.no_grad():
             with policies.use_adapter(adapter):
-                old = policies.token_logps(batch, temperature=t.temperature)
+                old = policies.token_logps(batch, temperature=t.temperature, prefixes=prefixes)
             with policies.use_adapter(None):
-                ref = policies.token_logps(batch, temperature=t.temperature)
-        prepared.append((role, adapter, batch, adv, old, ref))
+                ref = policies.token_logps(batch, temperature=t.temperature, prefixes=prefixes)
+        prepared.append((role, adapter, batch, adv, old, ref, prefixes))
     for _ in range(t.num_iterations):
         for opt in optimizers.values():
             opt.zero_grad(set_to_none=True)
-        for role, adapter, batch, adv, old, ref in prepared:
+        for role, adapter, batch, adv, old, ref, prefixes in prepared:
             mask = batch.completion_mask.float()
             with policies.use_adapter(adapter):
-                logps = policies.token_logps(batch, temperature=t.temperature)
+                logps = policies.token_logps(batch, temperature=t.temperature, prefixes=prefixes)
             loss, terms = policy_loss(logps, old, adv, mask, loss_type=t.loss_type, epsilon=t.epsilon,
                                       epsilon_high=t.epsilon_high, beta=t.beta, ref_logps=ref if t.beta else None,
                                       use_bias_correction_kl=t.use_bias_correction_kl,
@@ -201,6 +213,10 @@ UPDATE_CASES = {
     "grpo_loss_micro_batches": {"loss_type": "grpo", "micro_batch_size": 8},
     "dr_grpo_loss_epsilon_high": {"loss_type": "dr_grpo", "epsilon_high": 0.28, "num_iterations": 2},
     "self_refine": {"method": "self_refine"},
+    # the challenger reads the drafter's states: micro-batches of rows with prefixes of their own lengths, the
+    # reference pass after the same prefix, and from the second pass the drafter's weights as sampled
+    "latent_recap": {"exchange": "latent", "micro_batch_size": 4},
+    "latent_trace_kl_two_iterations": {"exchange": "latent", "span": "trace", "beta": 0.1, "num_iterations": 2},
 }
 
 
@@ -209,6 +225,7 @@ def test_the_update_equals_a_plain_reference(step_cfg, tiny_base, tmp_path, case
     """Trainer.update == reference_update on twin adapters, gradients and weights, with the clip active."""
     overrides = dict(UPDATE_CASES[case])
     method = overrides.pop("method", "agon")
+    exchange, span = overrides.pop("exchange", "visible"), overrides.pop("span", "recap")
     step_cfg.method.name = method
     t = step_cfg.trainer
     # a clip far below the raw gradient norm, so every update is clipped and a missing or shared clip shows. With 8
@@ -230,7 +247,8 @@ def test_the_update_equals_a_plain_reference(step_cfg, tiny_base, tmp_path, case
 
     game = play(ours, trainer.task, step_cfg.model, trainer.next_problems(), drafter=turn.drafter,
                 challenger=turn.challenger,
-                exchange="visible", group_size=t.num_generations, sampling=trainer.sampling)
+                exchange=exchange, group_size=t.num_generations, sampling=trainer.sampling, span=span)
+    assert any(a.prefix for a in game.attempts("challenger")) is (exchange == "latent")
     rewards = compute_rewards(game.outcome(), step_cfg.reward)
     rewards = {"drafter": rewards.drafter, "challenger": rewards.challenger}
     assert any(not group_advantages(rewards[r].total, game.group_ids()).zero_std.all() for r in rewards)
