@@ -57,6 +57,40 @@ def test_each_recap_condition_is_scored_on_its_own_prompts(policies):
     assert got["recap/n_wrong"] == 12  # every problem has a wrong recap: 2-3 steps, the slip forced into the recap
 
 
+class LatentTrustingEngine(TrustingEngine):
+    """The scripted sampler reading a latent prefix: a prompt read after a prefix is answered as the challenge prompt
+    holding the prefix's text as its recap (``exchange.span=recap``: the prefix is the recap's tokens)."""
+
+    latent_prefix = True
+
+    def sample(self, prompts, adapter, sampling, on_sampled=None, prefixes=None):
+        if prefixes is not None:
+            decode = self.policies.tokenizer.decode
+            prompts = [p.replace("<|im_end|>", f"|{decode(list(x))}<|im_end|>", 1) if x else p
+                       for p, x in zip(prompts, prefixes.ids, strict=True)]
+        return super().sample(prompts, adapter, sampling, on_sampled)
+
+
+def test_under_the_latent_exchange_crossplay_and_the_latent_conditions_read_prefixes(policies):
+    """Cross-play answers after the drafter's recap span, and ``latent/*`` score each condition as a prefix: the
+    rival's drafts' spans, a correct and a wrong worked solution's, and none (the plain prompt, where the scripted
+    A drafts right and B wrong); the ``recap/*`` text probes are still there."""
+    cfg = compose_config(TEST_WORLD + ["task.min_terms=3", "task.max_terms=4", "exchange=latent"])
+    task = build_task(cfg.task)
+    problems = list(task.heldout_problems())[:4]
+    got = diagnose(policies, task, cfg, problems, LatentTrustingEngine(policies, task), samples=2)
+    assert got["crossplay/A>B"] == 1.0 and got["crossplay/A>base"] == 1.0 and got["crossplay/B>A"] == 0.0
+    assert got["latent/B/rival"] == 1.0 and got["latent/B/rival_right"] == 1.0
+    assert math.isnan(got["latent/B/rival_wrong"])
+    assert got["latent/A/rival"] == 0.0 and got["latent/A/rival_wrong"] == 0.0 and got["latent/base/rival"] == 1.0
+    for who in ("A", "B", "base"):
+        assert (got[f"latent/{who}/correct"], got[f"latent/{who}/wrong"]) == (1.0, 0.0), who
+        assert got[f"recap/{who}/correct"] == 1.0
+    assert (got["latent/A/none"], got["latent/B/none"], got["latent/base/none"]) == (1.0, 0.0, 0.0)
+    visible = diagnose(policies, task, compose_config(TEST_WORLD), problems, TrustingEngine(policies, task))
+    assert not any(k.startswith("latent/") for k in visible)
+
+
 def test_under_the_hidden_exchange_crossplay_answers_alone_and_the_recap_is_still_probed(policies):
     cfg = compose_config(TEST_WORLD + ["exchange=hidden"])
     task = build_task(cfg.task)
