@@ -233,6 +233,12 @@ class ExchangeConfig:
     span: str = "recap"
 
 
+def exchange_name(mode: str, span: str) -> str:
+    """The exchange axis as tables and figures name a cell: the mode, with the span under ``latent``
+    (``latent:recap``, ``latent:trace``); ``summary.json``'s ``exchange``."""
+    return f"{mode}:{span}" if mode == "latent" else mode
+
+
 @dataclass
 class RotationConfig:
     # alternate: A drafts on even steps, B on odd; fixed: A always drafts

@@ -28,7 +28,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from agon import run_files
-from agon.config import LAUNCH_TIME_ENV, ConfigError, resume_mode, to_plain, validate
+from agon.config import LAUNCH_TIME_ENV, ConfigError, exchange_name, resume_mode, to_plain, validate
 from agon.distributed import Ranks, launched_world_size
 from agon.engines import EngineError
 from agon.policies import ModelLoadError
@@ -167,7 +167,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "train/processes": ranks.world,
             "time/train_s": trainer.state.train_seconds,
             "time/total_s": time.time() - t0,
-            "method": cfg.method.name, "reward": cfg.reward.name, "exchange": cfg.exchange.mode,
+            "method": cfg.method.name, "reward": cfg.reward.name,
+            "exchange": exchange_name(cfg.exchange.mode, cfg.exchange.span),
             "rotation": cfg.rotation.mode, "init": cfg.init.mode, "task": cfg.task.name, "model": cfg.model.name,
             # how tables and figures name the base model (analysis/load.py; model.name for runs without it)
             "model_label": model_label(cfg.model),

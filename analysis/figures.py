@@ -107,21 +107,25 @@ def cell_colors(runs: pd.DataFrame) -> dict[Any, str]:
 def cell_style(row: Any, colors: dict[Any, str]) -> dict:
     """Colour, hatch and line style of a cell, the same in every figure: hue = reward (or the baseline's colour in
     ``colors``, from ``baseline_colors``, or its variant's from ``cell_colors``); hidden exchange = lighter, hatched
-    ``//``, dashed; fixed roles = ``xx``, dotted; symmetric init = ``..``, dash-dotted."""
+    ``//``, dashed; latent exchange = hatched ``\\\\`` (its trace span ``\\\\\\``), dash-dot-dotted; fixed
+    roles = ``xx``, dotted; symmetric init = ``..``, dash-dotted."""
     if is_baseline(row["method"]):
         color = colors.get(row.get("cell_key"), colors[row["method"]])
         return {"color": color, "hatch": "", "linestyle": "-", "edge": color}
     base = REWARD_COLORS.get(row["reward"], "#555555")
     hidden = row["exchange"] == "hidden"
+    latent = str(row["exchange"]).startswith("latent")
     fixed = row["rotation"] == "fixed"
     symmetric = row["init"] == "symmetric"
-    linestyle = ":" if fixed else "-." if symmetric else "--" if hidden else "-"
+    linestyle = ":" if fixed else "-." if symmetric else "--" if hidden else (0, (3, 1, 1, 1, 1, 1)) if latent \
+        else "-"
+    latent_hatch = ("\\\\\\" if row["exchange"] == "latent:trace" else "\\\\") if latent else ""
     return {
         "color": _lighter(base) if hidden else base,
-        "hatch": ("//" if hidden else "") + ("xx" if fixed else "") + (".." if symmetric else ""),
+        "hatch": ("//" if hidden else "") + latent_hatch + ("xx" if fixed else "") + (".." if symmetric else ""),
         "linestyle": linestyle,
         # hatches are drawn in the edge colour: white on a full-colour bar, the base colour on a light one
-        "edge": base if hidden or not (fixed or symmetric) else "white",
+        "edge": base if hidden or not (fixed or symmetric or latent) else "white",
         "line": base,
     }
 
@@ -263,6 +267,11 @@ def accuracy_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
                 [Patch(facecolor="white", edgecolor="0.3", hatch="//", label="hidden exchange")]
                 if (table["exchange"] == "hidden").any()
                 else []
+            ),
+            *(
+                [Patch(facecolor="white", edgecolor="0.3", hatch=hatch, label=f"latent exchange ({span})")
+                 for span, hatch in (("recap", "\\\\"), ("trace", "\\\\\\"))
+                 if (table["exchange"] == f"latent:{span}").any()]
             ),
             *(
                 [Patch(facecolor="white", edgecolor="0.3", hatch="xx", label="fixed roles")]

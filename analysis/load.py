@@ -45,7 +45,7 @@ from typing import Any
 
 import pandas as pd
 
-from agon.config import ExchangeConfig, InitConfig, RewardConfig, RotationConfig
+from agon.config import ExchangeConfig, InitConfig, RewardConfig, RotationConfig, exchange_name
 from agon.methods import AXES as METHOD_AXES
 from agon.methods import METHODS
 from agon.run_files import (
@@ -87,11 +87,14 @@ GRID_AXES = ("reward", "exchange")
 LABEL_SUFFIX = {"rotation": " roles", "init": " init"}
 # override keys that never split cells (the seed pools; the rest do not change results)
 POOLED_OVERRIDES = ("seed", "logger", "output_dir", "progress")
+# override keys an axis's value already holds (a latent cell's span is in its exchange: latent:trace)
+AXIS_OVERRIDES = ("exchange.mode", "exchange.span")
 NA = "-"
 # canonical order of config values in tables and figures (methods come in the registry's order)
 ORDER = {
     "reward": ("competitive", "cooperative", "paper"),
-    "exchange": ("visible", "hidden"),
+    # latent exchange names its span (agon.latent.exchange_name)
+    "exchange": ("visible", "hidden", "latent:recap", "latent:trace"),
     "rotation": ("alternate", "fixed"),
     "init": ("divergent", "symmetric"),
 }
@@ -304,6 +307,8 @@ def _run_row(rec: RunRecord) -> dict:
     for axis in AXES:
         value = summary.get(axis)
         axes[axis] = value if value is not None else _select(config, AXIS_KEYS[axis])
+    if summary.get("exchange") is None and axes["exchange"] == "latent":  # runs whose summary is not written yet
+        axes["exchange"] = exchange_name("latent", _select(config, "exchange.span") or ExchangeConfig().span)
     # the model as the run named it ("Qwen3-0.6B", "Gemma 4 E2B", "tiny (offline)"); runs from before summary.json
     # held model_label keep model.name
     if summary.get("model_label"):
@@ -314,7 +319,8 @@ def _run_row(rec: RunRecord) -> dict:
             axes[axis] = NA
     seed = summary.get("seed", config.get("seed"))
     experiment = summary.get("experiment", config.get("experiment"))
-    extra = {o for o in rec.overrides if _override_key(o) not in set(AXIS_KEYS) | set(POOLED_OVERRIDES)}
+    extra = {o for o in rec.overrides
+             if _override_key(o) not in set(AXIS_KEYS) | set(POOLED_OVERRIDES) | set(AXIS_OVERRIDES)}
     row: dict[str, Any] = {
         "run_id": rec.run_id,
         "run_dir": rec.run_dir,

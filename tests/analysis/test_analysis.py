@@ -43,7 +43,7 @@ from agon.run_files import CONFIG, SUMMARY, SWEEP_MARKER
 from analysis import cells_table, format_table, load_runs, newest_multirun, results_table, sweep_table
 from analysis.figures import BASELINE_COLORS, baseline_colors, cell_style
 from analysis.figures import main as figures_main
-from analysis.load import RunRecord, find_run_dirs, frames, read_run_dir
+from analysis.load import RunRecord, cell_sort_key, find_run_dirs, frames, read_run_dir
 from analysis.tables import bootstrap_ci, final_rows, paper_reference, t_interval, to_latex, to_markdown
 from tests.analysis import make_fixture
 
@@ -766,3 +766,30 @@ def test_the_recap_figure_fits_a_page():
     assert min(t.get_fontsize() for t in fig.axes[0].get_yticklabels()) >= 9
     assert len(fig.axes[0].get_yticklabels()) == 4
     plt.close(fig)
+
+
+def test_latent_cells_are_labelled_by_their_span_and_ordered_after_visible_and_hidden():
+    """A latent cell's exchange names its span (summary.json's ``latent:recap``; from the config while a run has no
+    summary yet), its span override stays out of ``extra``, and the exchange cells come visible, hidden, latent
+    recap, latent trace, each with a style of its own."""
+    def record(run_id: str, exchange: str | None, *overrides: str, span: str = "recap") -> RunRecord:
+        summary = {"method": "agon", "reward": "competitive", "exchange": exchange, "rotation": "alternate",
+                   "init": "divergent", "task": "arithmetic", "model": "tiny", "eval/accuracy": 0.5}  # fmt: skip
+        config = {"exchange": {"mode": "latent", "span": span}}
+        return RunRecord(run_id=run_id, summary=summary if exchange else None, config=config,
+                         overrides=list(overrides))
+
+    runs = frames([
+        record("t", "latent:trace", "exchange=latent", "exchange.span=trace", "seed=0"),
+        record("r", "latent:recap", "exchange=latent", "seed=0"),
+        record("h", "hidden", "exchange=hidden", "seed=0"),
+        record("v", "visible", "seed=0"),
+        record("running", None, "exchange=latent", "exchange.span=trace", "seed=1", span="trace"),
+    ]).runs.set_index("run_id")  # fmt: skip
+    assert runs.loc["t", "cell"] == "competitive · latent:trace"
+    assert runs.loc["r", "cell"] == "competitive · latent:recap"
+    assert runs.loc["running", "exchange"] == "latent:trace" and runs.loc["running", "extra"] == ""
+    ordered = sorted(["t", "r", "h", "v"], key=lambda i: cell_sort_key(runs.loc[i]))
+    assert ordered == ["v", "h", "r", "t"]
+    styles = [cell_style(runs.loc[i], baseline_colors(runs.reset_index())) for i in ordered]
+    assert len({(s["hatch"], str(s["linestyle"])) for s in styles}) == 4
