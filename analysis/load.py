@@ -370,8 +370,9 @@ def _drop_plain_experiments(run_rows: list[dict]) -> None:
     """A named experiment whose cell the axes already tell apart adds nothing to the cell's name, so its override
     leaves ``extra``; one sharing its axes with another experiment (``grpo_matched`` beside ``grpo``: only the
     group size differs) keeps it, except the experiment named after its method (``grpo``), which is the plain one.
-    A sweep's own cell option (``cell=``, sweeps/cell/) is read the same way."""
-    for key in ("experiment", "cell"):
+    A sweep's own cell option (``cell=``, sweeps/cell/; ``exchange_cell=``, sweeps/exchange_cell/) is read the
+    same way."""
+    for key in ("experiment", "cell", "exchange_cell"):
         def named(r: dict, key: str = key) -> str | None:
             return next((o for o in r["extra"] if _override_key(o) == key), None)
 

@@ -250,6 +250,11 @@ def test_every_cell_of_every_grid_composes(name):
         assert {c.experiment for c in composed} == {"paper_deepmath"}
         assert {c.model.family for c in composed} == {"qwen3", "qwen3_5", "gemma4"}
         assert all(c.model.lora.rank == 16 and c.trainer.max_new_tokens == 16384 for c in composed)
+    elif name == "grid_exchange":  # the exchange axis under the competitive reward, both latent spans included
+        assert {(c.reward.name, c.exchange.mode, c.exchange.span if c.exchange.mode == "latent" else None)
+                for c in composed} == {("competitive", "visible", None), ("competitive", "hidden", None),
+                                       ("competitive", "latent", "recap"), ("competitive", "latent", "trace")}
+        assert {c.generation.engine for c in composed} == {"hf"}
     else:
         raise AssertionError(f"sweeps/{name}.yaml has no check here")
 

@@ -784,11 +784,14 @@ def test_latent_cells_are_labelled_by_their_span_and_ordered_after_visible_and_h
         record("r", "latent:recap", "exchange=latent", "seed=0"),
         record("h", "hidden", "exchange=hidden", "seed=0"),
         record("v", "visible", "seed=0"),
+        # sweeps/grid_exchange.yaml's cells: its own group's option names nothing the exchange does not
+        record("swept", "latent:trace", "exchange_cell=latent_trace", "seed=1"),
         record("running", None, "exchange=latent", "exchange.span=trace", "seed=1", span="trace"),
     ]).runs.set_index("run_id")  # fmt: skip
     assert runs.loc["t", "cell"] == "competitive · latent:trace"
     assert runs.loc["r", "cell"] == "competitive · latent:recap"
     assert runs.loc["running", "exchange"] == "latent:trace" and runs.loc["running", "extra"] == ""
+    assert runs.loc["swept", "cell_key"] == runs.loc["t", "cell_key"] and runs.loc["swept", "extra"] == ""
     ordered = sorted(["t", "r", "h", "v"], key=lambda i: cell_sort_key(runs.loc[i]))
     assert ordered == ["v", "h", "r", "t"]
     styles = [cell_style(runs.loc[i], baseline_colors(runs.reset_index())) for i in ordered]
