@@ -45,6 +45,15 @@ building the model and the batch (NaN where it does not raise it at all), and th
 padded width). Equal work: both sides score every row once and must give the same gradient (up to the order of
 float sums), else ``UNEQUAL WORK``.
 
+``latent``: an Agon step with ``exchange=latent`` (the challenger reads the drafter's key/value states of
+``--latent-span``, ``agon/latent.py``) against the same step with ``exchange=visible`` (a text recap), both composed
+as ``agon-vs-grpo`` composes its sides (the same overrides reach both), taking turns one step each for
+``--latent-steps`` steps, the first left out of the medians. Peak memory is each side's own steps in a process of its
+own (peak resident memory, as ``memory``; and how far the steps raise it above building the trainer). Reported: the
+ratios latent / visible of median step, generation and update seconds and of peak memory, and the prefix tokens a
+challenge reads per step (what latent adds: a prefix pass at sampling and at every scoring pass). Equal work: both
+sides write every completion to its budget, twice one role's tokens per step, else ``UNEQUAL WORK``.
+
 ``sandbox``: the sandbox's cost per program, a correct "hello world" run ``--sandbox-runs`` times (median) through
 ``LocalSandbox`` (bubblewrap, a uid, a cgroup and a seccomp filter per run) and through the same monitor with no
 isolation at all (``allow_unsafe``), taking turns.
@@ -82,7 +91,7 @@ from typing import Any, Sequence
 
 import torch
 
-PARTS = ("agon-vs-grpo", "trl", "memory", "length-skew", "engines", "sandbox")
+PARTS = ("agon-vs-grpo", "latent", "trl", "memory", "length-skew", "engines", "sandbox")
 # the issue's bar: an Agon step (both roles' rollouts and updates) costs at most this many GRPO steps (one role's)
 AGON_OVER_GRPO_TARGET = 2.1
 
@@ -110,15 +119,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skew-long-tokens", type=int, default=768,
                         help="completion tokens of each long row (length-skew)")
     parser.add_argument("--sandbox-runs", type=int, default=20, help="hello-world runs of each sandbox (sandbox)")
+    parser.add_argument("--latent-steps", type=int, default=5, help="steps of each side (latent)")
+    parser.add_argument("--latent-span", choices=("recap", "trace"), default="trace",
+                        help="what of the draft the latent challenger reads (latent)")
     parser.add_argument("--out", type=Path, default=Path("bench.json"))
     parser.add_argument("--scoring-child", choices=["selective", "full"], help=argparse.SUPPRESS)
     parser.add_argument("--skew-child", choices=SKEW_SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--latent-child", choices=LATENT_SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.scoring_child:  # one side of the memory comparison, alone in this process
         print(json.dumps(_score_once(args.scoring_child)))
         return 0
     if args.skew_child:  # one side of the length-skew memory comparison, alone in this process
         print(json.dumps(_skew_memory_once(args.skew_child, _skew_shape(args))))
+        return 0
+    if args.latent_child:  # one side of the latent memory comparison, alone in this process
+        print(json.dumps(_latent_memory_once(args.latent_child, args.latent_span, args.latent_steps,
+                                             args.overrides)))
         return 0
     parts = args.only or list(PARTS)
     report: dict[str, Any] = {"setup": _environment(argv)}
@@ -128,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         report["agon_vs_grpo"] = pair
         unequal += pair["unequal_work"]
         _print_agon_vs_grpo(pair)
+    if "latent" in parts:
+        latent = latent_vs_visible(args.latent_steps, args.latent_span, args.overrides)
+        report["latent_vs_visible"] = latent
+        unequal += latent["unequal_work"]
+        _print_latent(latent)
     if "trl" in parts:
         versus = trl_vs_agon(args)
         report["trl"] = versus
@@ -291,6 +313,88 @@ def _print_agon_vs_grpo(r: dict[str, Any]) -> None:
     token_ratio = statistics.median(a["completion_tokens"]) / max(statistics.median(g["completion_tokens"]), 1)
     print(f"  {'Agon/GRPO':10} {ratio['step']:7.2f}x {ratio['generation']:12.2f}x {ratio['update']:8.2f}x   "
           f"{token_ratio:.2f}x (2x expected)   target: step <= {r['target_step_ratio']}x, {verdict}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# latent exchange vs visible exchange
+
+LATENT_SIDES = ("visible", "latent")
+
+
+def _latent_configs(span: str, overrides: Sequence[str]) -> dict[str, Any]:
+    """Each side's config: the run's own, as ``agon_vs_grpo`` composes it, the exchange last."""
+    from agon.config import compose_config
+
+    common = ["logger=none", "eval.at_start=false", "progress=false", *overrides]
+    return {"visible": compose_config([*common, "exchange=visible"]),
+            "latent": compose_config([*common, "exchange=latent", f"exchange.span={span}"])}
+
+
+def latent_vs_visible(steps: int = 5, span: str = "trace", overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """An Agon step with latent exchange against one with visible exchange (module docstring)."""
+    if steps < 2:
+        raise ValueError(f"--latent-steps ({steps}) must be at least 2: the first is a warm-up")
+    cfgs = _latent_configs(span, overrides)
+    t = cfgs["visible"].trainer
+    rows = t.prompts_per_step * t.num_generations
+    metrics: dict[str, list[dict[str, Any]]] = {side: [] for side in LATENT_SIDES}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        trainers = {side: _run_trainer(cfg, Path(tmp) / side, stack) for side, cfg in cfgs.items()}
+        for i in range(steps):
+            for side in LATENT_SIDES if i % 2 == 0 else tuple(reversed(LATENT_SIDES)):
+                metrics[side].append(trainers[side].step())
+    sides = {side: _side(metrics[side], rows, 1) for side in LATENT_SIDES}
+    sides["latent"]["prefix_tokens"] = [round(m.get("role/challenger/prefix_tokens", 0.0) * rows)
+                                        for m in metrics["latent"]]
+    budget = rows * t.max_new_tokens
+    unequal = [line for side in LATENT_SIDES for line in unequal_work(f"{side} exchange",
+                                                                      sides[side]["completion_tokens"], 2 * budget)]
+    memory = {side: _latent_memory(side, span, steps, overrides) for side in LATENT_SIDES}
+    ratio = {k: sides["latent"][f"median_{k}_s"] / sides["visible"][f"median_{k}_s"]
+             for k in ("step", "generation", "update")}
+    ratio["peak_memory"] = memory["latent"]["peak_gib"] / memory["visible"]["peak_gib"]
+    return {
+        "setup": {"span": span, "prompts_per_step": t.prompts_per_step, "num_generations": t.num_generations,
+                  "max_new_tokens": t.max_new_tokens, "steps": steps, "warmup": 1, "overrides": list(overrides),
+                  "threads": torch.get_num_threads(), "ignore_eos": True},
+        **sides, "memory": memory, "ratio_latent_over_visible": ratio, "budget_tokens_per_role": budget,
+        "unequal_work": unequal,
+    }
+
+
+def _latent_memory_once(side: str, span: str, steps: int, overrides: Sequence[str]) -> dict[str, float]:
+    """``steps`` steps of one side in this process: its peak resident memory, and how far the steps raised it above
+    the peak of building the trainer, in GiB."""
+    cfg = _latent_configs(span, overrides)[side]
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        trainer = _run_trainer(cfg, Path(tmp) / side, stack)
+        before = _peak_gib()
+        for _ in range(steps):
+            trainer.step()
+        peak = _peak_gib()
+    return {"peak_gib": peak, "steps_gib": peak - before}
+
+
+def _latent_memory(side: str, span: str, steps: int, overrides: Sequence[str]) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-m", "agon.bench", "--latent-child", side, "--latent-span", span,
+                          "--latent-steps", str(steps), *overrides], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _print_latent(r: dict[str, Any]) -> None:
+    s, ratio = r["setup"], r["ratio_latent_over_visible"]
+    print(f"Agon step, latent exchange (span {s['span']}) vs visible: {s['prompts_per_step']} prompts x "
+          f"{s['num_generations']} completions x {s['max_new_tokens']} tokens (no stop at the end of turn), "
+          f"{s['threads']} threads; {s['steps']} steps each, median of steps 2-{s['steps']}, memory in separate "
+          f"processes")
+    print(f"  {'':10} {'step s':>8} {'generation s':>13} {'update s':>9} {'peak GiB':>9}   prefix tokens per step")
+    for side in LATENT_SIDES:
+        a, mem = r[side], r["memory"][side]
+        prefix = statistics.median(a["prefix_tokens"]) if side == "latent" else 0
+        print(f"  {side:10} {a['median_step_s']:8.3f} {a['median_generation_s']:13.3f} {a['median_update_s']:9.3f} "
+              f"{mem['peak_gib']:9.3f}   {prefix:.0f}")
+    print(f"  {'latent/vis':10} {ratio['step']:7.2f}x {ratio['generation']:12.2f}x {ratio['update']:8.2f}x "
+          f"{ratio['peak_memory']:8.2f}x")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -288,6 +288,8 @@ class Trainer:
             m[f"role/{role}/completion_tokens"] = sum(a.completion.n_tokens for a in attempts) / len(attempts)
             m[f"role/{role}/truncated_ratio"] = sum(a.completion.truncated for a in attempts) / len(attempts)
             m[f"role/{role}/context_limited"] = sum(a.completion.context_limited for a in attempts)
+            if any(a.prefix for a in attempts):  # exchange=latent: the drafter's tokens this role read as states
+                m[f"role/{role}/prefix_tokens"] = sum(len(a.prefix) for a in attempts) / len(attempts)
             failures = sum(a.verdict.failed for a in attempts)
             m[f"role/{role}/verifier_failures"] = failures
             self.state.verifier_failures += failures

@@ -99,3 +99,28 @@ def test_length_skew_scores_the_same_rows_both_ways_and_computes_fewer_tokens_by
     assert ratio["seconds"] == skew["median_s"]["by_length"] / skew["median_s"]["contiguous"]
     assert set(ratio) == {"seconds", "peak_memory", "update_memory"}
     assert "gradients agree" in capsys.readouterr().out
+
+
+def test_latent_vs_visible_reports_ratios_of_seconds_and_peak_memory_on_equal_work(agon_cache, tmp_path, capsys):
+    """Both sides write every completion to its budget (twice one role's tokens a step), the latent side's
+    challengers read prefixes (the drafters' prompts and reasoning), and the ratios are latent over visible."""
+    out = tmp_path / "bench.json"
+    args = ["--only", "latent", "--latent-steps", "2", "--latent-span", "trace", *TEST_WORLD,
+            f"trainer.prompts_per_step={PROMPTS}", f"trainer.num_generations={GENERATIONS}",
+            f"trainer.max_new_tokens={BUDGET}", "--out", str(out)]
+    assert bench.main(args) == 0
+    report = json.loads(out.read_text())
+    latent = report["latent_vs_visible"]
+    role = PROMPTS * GENERATIONS * BUDGET
+    assert report["equal_work"] is True and latent["unequal_work"] == []
+    for side in ("visible", "latent"):
+        assert latent[side]["completion_tokens"] == [2 * role, 2 * role]
+        assert latent[side]["median_step_s"] == latent[side]["step_s"][1]  # the warm-up step is left out
+        assert latent["memory"][side]["peak_gib"] > latent["memory"][side]["steps_gib"] >= 0
+    # a trace prefix holds at least the drafter's prompt for every challenge
+    assert all(n > PROMPTS * GENERATIONS * 5 for n in latent["latent"]["prefix_tokens"])
+    ratio = latent["ratio_latent_over_visible"]
+    assert set(ratio) == {"step", "generation", "update", "peak_memory"}
+    assert ratio["step"] == latent["latent"]["median_step_s"] / latent["visible"]["median_step_s"]
+    assert ratio["peak_memory"] == latent["memory"]["latent"]["peak_gib"] / latent["memory"]["visible"]["peak_gib"]
+    assert "latent/vis" in capsys.readouterr().out
