@@ -19,6 +19,10 @@ tokens' log-probabilities after temperature. Engines are looked up by ``generati
   (``agon/vllm_worker.py``; on CPU, vLLM's CPU build pins an older transformers than agon's); the engine's calls
   are the same either way.
 
+Latent exchange (``exchange=latent``): ``sample(..., prefixes=)`` reads each prompt after a prefix of the drafter's
+key/value states. Only ``hf`` does (``Engine.latent_prefix``); the other two keep their own paged caches and refuse a
+prefix (the config check refuses the pairing before any model loads).
+
 Left out on purpose: a shared vLLM server for several trainer processes (TRL's ``vllm_mode=server``; here every
 rank has its own engine, as TRL's colocate mode), sleep mode between generation and training, and seeds per
 request: vLLM's sampling is seeded once per engine (``seed + rank``), so a resumed run does not redraw the same

@@ -23,6 +23,11 @@ which ``token_logps`` runs without an attention mask. A row whose prompt leaves 
 model's context is sampled alone with the room left, and one with no room is not sampled at all; both are marked
 ``context_limited``.
 
+Under ``exchange=latent`` (``agon.latent``) a challenger's rows carry a prefix of token ids whose key/value states,
+computed under the drafter's adapter without a graph (``prefix_cache``), precede the prompt: ``sample`` hands them to
+``generate`` as a prefilled cache, ``token_logps`` reads them through a cache that is never extended, and positions
+continue across the prefix in both, so sampling and scoring read the same prefix. Budgets count the prefix's tokens.
+
 ``sample`` is the ``hf`` engine; ``agon.engines`` puts vLLM behind the same call and builds its completions with
 ``completion``. Processes are the trainer's business: every
 rank holds its own ``Policies`` on its own device (``load_base(device=...)``).

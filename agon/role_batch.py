@@ -5,8 +5,9 @@ the whole step's batch (every rank's rows, grouped by group id), and then each r
 normalisers of the loss (completion tokens for dapo, rows for grpo and dr_grpo) are the whole batch's too, so the
 losses of all ranks' micro-batches sum to the one-process loss of the whole batch. ``RoleBatch.micro_batches`` is
 the one micro-batch iterator: rows sorted by length and cut within a token budget (``policies.length_batches``), a
-row of ``solo_tokens`` or more alone and unpadded. Because every normaliser is the whole batch's, which rows share a
-micro-batch and in what order they come changes the loss only by the order of float sums. A micro-batch carries its
+row of ``solo_tokens`` or more alone and unpadded (a latent challenger's prefix counts in the budget:
+``Tokens.widths``). Because every normaliser is the whole batch's, which rows share a micro-batch and in what order
+they come changes the loss only by the order of float sums. A micro-batch carries its
 rows' positions (``RoleBatch.rows``); ``in_place`` puts what was computed per micro-batch back in the batch's order.
 
 Left out on purpose: packing several sequences into one row (it needs variable-length attention kernels); rows are
