@@ -380,3 +380,43 @@ def test_engines_that_cannot_read_a_prefix_are_refused_before_any_model_loads_na
     # and at run time, the engine itself says so rather than sample without the prefix
     with pytest.raises(EngineError, match="exchange.mode=latent"):
         HFContinuousEngine(policies).sample(["x"], "B", GREEDY, prefixes=Prefixes("A", ((1, 2),)))
+
+
+def test_under_gradient_checkpointing_the_prefix_is_kept_and_the_gradient_is_the_same(small_cfg, tiny_base):
+    """transformers drops a cache in checkpointed layers; the read-only prefix is kept (its replay in the backward
+    reads the same states), so log-probs and the challenger's gradient equal those without checkpointing."""
+    cfg, (model, tokenizer) = tiny_base
+    results = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        policies = Policies(copy.deepcopy(model), tokenizer, ["A", "B"], cfg.model.lora, checkpointing)
+        policies.perturb("A", 0.05, seed=3)
+        policies.perturb("B", 0.05, seed=4)
+        _, game = _latent_game(small_cfg, policies, "trace")
+        tokens = _challenger_tokens(policies, game)
+        with policies.use_adapter("B"):
+            logps = policies.token_logps(tokens, prefixes=Prefixes("A", ()))
+            logps.sum().backward()
+        results.append((logps.detach(), [p.grad.clone() for p in policies.parameters("B")]))
+        assert all(p.grad is None for p in policies.parameters("A"))
+    (plain, plain_grads), (checkpointed, checkpointed_grads) = results
+    torch.testing.assert_close(checkpointed, plain, rtol=1e-5, atol=1e-5)
+    for a, b in zip(checkpointed_grads, plain_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_cascade_plays_both_orders_with_the_drafters_prefix(small_cfg, policies):
+    from agon.cascade import evaluate
+
+    small_cfg.exchange.mode, small_cfg.exchange.span = "latent", "recap"
+    policies.perturb("B", 0.02, seed=0)
+    task = build_task(small_cfg.task)
+    result = evaluate(policies, task, small_cfg, list(task.heldout_problems())[:3], step=0, phase="final",
+                      samples=2)
+    assert set(result.games) == {"A>B", "B>A"}
+    for order, game in result.games.items():
+        assert (game.drafter, game.challenger) == tuple(order.split(">"))
+        assert any(r.challenge.prefix for r in game.rounds)
+        for r in game.rounds:
+            assert r.challenge.prompt == r.draft.prompt
+            assert r.challenge.prefix == SPANS["recap"](policies, task, r.draft.prompt, r.draft.completion)
