@@ -496,7 +496,7 @@ class Policies:
             return None if prefixes is None else prefixes[rows]
 
         with self.use_adapter(adapter):
-            widths = [(before[i], lengths[i], max_new_tokens) if prefixes else (lengths[i], max_new_tokens)
+            widths = [(before[i], lengths[i], max_new_tokens) if prefixes is not None else (lengths[i], max_new_tokens)
                       for i in fits]
             for part in token_batches(widths, batch_tokens):
                 rows = fits[part]
