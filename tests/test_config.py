@@ -188,8 +188,11 @@ def _grid(name: str | None) -> tuple[list[list[str]], Callable[[list[str]], Dict
     return _cells(dict(params)), lambda cell: _compose_sweep(SWEEPS, name, cell)
 
 
-# experiments that only the results sweeps use: the 2x2's other cells as named experiments, and the hard split
-RESULTS_ONLY = {"cooperative", "hidden", "cooperative_hidden", "hard_split", "products"}
+# experiments that only the results sweeps use: the 2x2's other cells as named experiments, and the other tasks
+RESULTS_ONLY = {"cooperative", "hidden", "cooperative_hidden", "hard_split", "products", "target_sum"}
+
+# the exchange axis's cells (sweeps/exchange_cell/): the mode, and the span under latent
+EXCHANGE_CELLS = {("visible", None), ("hidden", None), ("latent", "recap"), ("latent", "trace")}
 
 # grids: the sweep files the basic sweeper expands (Optuna studies sample instead: tests/test_tune.py)
 GRIDS = sorted(p.stem for p in SWEEPS.glob("*.yaml") if "hydra/sweeper: optuna" not in p.read_text())
@@ -226,15 +229,28 @@ def test_every_cell_of_every_grid_composes(name):
     elif name == "ablations":  # Agon beside every ablation and baseline of the offline world
         offline = [o for o in _options("experiment") if not o.startswith("paper") and o not in RESULTS_ONLY]
         assert sorted(c.experiment for c in composed) == offline
-    elif name.startswith("results_"):  # docs/results.md: the 2x2, the ablations and baselines, three seeds each
+    elif name == "results_exchange":  # docs/results.md's exchange axis: the hard split's settings, three seeds
+        assert {(c.exchange.mode, c.exchange.span if c.exchange.mode == "latent" else None, c.seed)
+                for c in composed} == {(m, s, seed) for m, s in EXCHANGE_CELLS for seed in (0, 1, 2)}
+        assert {(c.method.name, c.reward.name, c.generation.engine) for c in composed} == {("agon", "competitive", "hf")}
+        assert {(c.task.name, c.trainer.max_new_tokens, c.trainer.max_steps, c.trainer.learning_rate,
+                 c.eval.n_problems, c.eval.samples, c.eval.every) for c in composed} == {
+            ("arithmetic_hard", 96, 60, 5e-4, 300, 4, 30)}
+        assert all(c.eval.diagnostic for c in composed)
+    elif name.startswith("results_"):  # docs/results.md: the 2x2, the ablations and baselines, per task
         cells = {(c.method.name, c.reward.name, c.exchange.mode, c.rotation.mode, c.init.mode,
                   c.trainer.num_generations) for c in composed}
-        assert len(cells) == 10 and len(composed) == 30 and {c.seed for c in composed} == {0, 1, 2}
+        task, n_cells, seeds, steps, samples = {
+            "results_arithmetic_hard": (("arithmetic_hard", 96), 10, 3, 60, 4),
+            "results_products": (("products", 72), 10, 3, 60, 4),
+            # the testbed: the 2x2 and the baselines (no rotation or init ablations), five seeds, to the plateau
+            "results_target_sum": (("target_sum", 160), 8, 5, 800, 16)}[name]
+        assert len(cells) == n_cells and len(composed) == n_cells * seeds
+        assert {c.seed for c in composed} == set(range(seeds))
         assert {(c.reward.name, c.exchange.mode) for c in composed if c.method.name == "agon"} == TWO_BY_TWO
-        task = {"results_arithmetic_hard": ("arithmetic_hard", 96), "results_products": ("products", 72)}[name]
         # one set of hyperparameters: only what a cell is changes between cells
         assert {(c.task.name, c.trainer.max_new_tokens, c.trainer.max_steps, c.trainer.learning_rate,
-                 c.eval.n_problems, c.eval.samples) for c in composed} == {(*task, 60, 5e-4, 300, 4)}
+                 c.eval.n_problems, c.eval.samples) for c in composed} == {(*task, steps, 5e-4, 300, samples)}
         assert all(c.eval.diagnostic for c in composed)
         assert {c.model.tiny.warmup_steps for c in composed} == {700 if name == "results_products" else 400}
     elif name == "paper_deepmath_2x2":  # the same grid on the real-model recipe
@@ -252,8 +268,7 @@ def test_every_cell_of_every_grid_composes(name):
         assert all(c.model.lora.rank == 16 and c.trainer.max_new_tokens == 16384 for c in composed)
     elif name == "grid_exchange":  # the exchange axis under the competitive reward, both latent spans included
         assert {(c.reward.name, c.exchange.mode, c.exchange.span if c.exchange.mode == "latent" else None)
-                for c in composed} == {("competitive", "visible", None), ("competitive", "hidden", None),
-                                       ("competitive", "latent", "recap"), ("competitive", "latent", "trace")}
+                for c in composed} == {("competitive", m, s) for m, s in EXCHANGE_CELLS}
         assert {c.generation.engine for c in composed} == {"hf"}
     else:
         raise AssertionError(f"sweeps/{name}.yaml has no check here")
