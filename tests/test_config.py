@@ -232,7 +232,8 @@ def test_every_cell_of_every_grid_composes(name):
     elif name == "results_exchange":  # docs/results.md's exchange axis: the hard split's settings, three seeds
         assert {(c.exchange.mode, c.exchange.span if c.exchange.mode == "latent" else None, c.seed)
                 for c in composed} == {(m, s, seed) for m, s in EXCHANGE_CELLS for seed in (0, 1, 2)}
-        assert {(c.method.name, c.reward.name, c.generation.engine) for c in composed} == {("agon", "competitive", "hf")}
+        assert {(c.method.name, c.reward.name, c.generation.engine) for c in composed} == {
+            ("agon", "competitive", "hf")}
         assert {(c.task.name, c.trainer.max_new_tokens, c.trainer.max_steps, c.trainer.learning_rate,
                  c.eval.n_problems, c.eval.samples, c.eval.every) for c in composed} == {
             ("arithmetic_hard", 96, 60, 5e-4, 300, 4, 30)}
