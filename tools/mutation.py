@@ -145,7 +145,7 @@ NAMED = [
            "logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).div_(temperature)",
            "logits = logits.to(torch.promote_types(logits.dtype, torch.float32))"),
     Mutant("generation_budget_ignored", "agon/policies.py", "generate calls not bounded by the token budget",
-           "for i in fits], batch_tokens):", "for i in fits], 10**12):"),
+           "for part in token_batches(widths, batch_tokens):", "for part in token_batches(widths, 10**12):"),
     Mutant("context_ignored", "agon/policies.py", "prompts sampled past the model's context",
            "return [min(max_new_tokens, self.context - n) for n in prompt_lengths]",
            "return [max_new_tokens for n in prompt_lengths]"),

@@ -197,10 +197,11 @@ try:
     for lim, (soft, hard) in limits.items():
         resource.setrlimit(lim, (soft, hard))
     # signals as a fresh interpreter has them, whatever the trainer ignored or blocked (both pass through exec):
-    # default dispositions but Python's own (SIGPIPE, SIGXFSZ ignored; SIGINT raises), nothing blocked
+    # default dispositions but Python's own (SIGPIPE, SIGXFSZ ignored), nothing blocked. SIGINT too: a trainer
+    # started in the background (`nohup ... &`) ignores it, and the program's interpreter would keep that
     import signal
     for sig in signal.valid_signals():
-        if sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+        if sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
     import ctypes
