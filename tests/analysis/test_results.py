@@ -7,6 +7,8 @@ they are drawn from the same tables.
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -16,11 +18,14 @@ from analysis.claims import claims_markdown, claims_table
 from analysis.tables import write_tables
 
 REPO = Path(__file__).resolve().parents[2]
-TASKS = sorted(p.name for p in (REPO / "results").iterdir() if p.is_dir()) if (REPO / "results").is_dir() else []
+# results/runs/ is where sweeps write on this machine (ignored by git); a *_pilot directory is a pilot's runs
+PACKED = sorted(p.name for p in (REPO / "results").iterdir() if p.is_dir() and p.name != "runs") \
+    if (REPO / "results").is_dir() else []
+TASKS = [name for name in PACKED if not name.endswith("_pilot")]
 
 
 def test_every_packed_task_has_its_figures_and_a_section_of_the_page():
-    assert TASKS == ["arithmetic_hard", "products"]
+    assert TASKS == ["arithmetic_hard", "products"] and PACKED == [*TASKS, "target_sum_pilot"]
     page = (REPO / "docs" / "results.md").read_text()
     for task in TASKS:
         for figure in ("accuracy_grid", "claims_forest", "recap_diagnostic", "training_curves"):
@@ -44,3 +49,24 @@ def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
     table_rows = (tmp_path / "table.md").read_text().split("\n\n", 1)[1].strip()
     assert table_rows in page
     assert (tmp_path / "claims.md").read_text().strip() in page
+
+
+def _curve(path: Path) -> dict[int, dict]:
+    with gzip.open(path / "metrics.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f]
+    return {r["train/step"]: r for r in rows if "eval/accuracy" in r}
+
+
+def test_the_target_sum_pilot_table_is_what_its_packed_runs_give():
+    """docs/results.md's target-sum pilot: each row of its curve table, recomputed from the packed metrics."""
+    grpo, agon = (_curve(REPO / "results" / "target_sum_pilot" / m) for m in ("grpo", "agon"))
+    assert max(grpo) == 800 and max(agon) == 400
+    page = (REPO / "docs" / "results.md").read_text()
+    for step, g in sorted(grpo.items()):
+        cells = [f"{100 * g['eval/accuracy']:.1f}"]
+        a = agon.get(step)
+        cells += [f"{100 * a[k]:.1f}" for k in ("eval/accuracy", "eval/solo_acc_A", "eval/solo_acc_B",
+                                                "eval/conversion_rate", "eval/regression_rate", "eval/agree_AB")] \
+            + [f"{a['eval/divergence']:+.3f}"] if a else ["-"] * 7
+        row = f"| {step} | " + " | ".join(cells) + " |"
+        assert row in page, row
