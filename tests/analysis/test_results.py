@@ -7,8 +7,6 @@ they are drawn from the same tables.
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 import pytest
@@ -51,22 +49,24 @@ def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
     assert (tmp_path / "claims.md").read_text().strip() in page
 
 
-def _curve(path: Path) -> dict[int, dict]:
-    with gzip.open(path / "metrics.jsonl.gz", "rt") as f:
-        rows = [json.loads(line) for line in f]
-    return {r["train/step"]: r for r in rows if "eval/accuracy" in r}
-
 
 def test_the_target_sum_pilot_table_is_what_its_packed_runs_give():
     """docs/results.md's target-sum pilot: each row of its curve table, recomputed from the packed metrics."""
-    grpo, agon = (_curve(REPO / "results" / "target_sum_pilot" / m) for m in ("grpo", "agon"))
+    data = load_runs(REPO / "results" / "target_sum_pilot")
+    method = data.runs.set_index("run_id")["method"]
+    points = data.steps.dropna(subset=["eval/accuracy"])
+    grpo, agon = ({int(r["train/step"]): r for _, r in points[points["run_id"].map(method) == m].iterrows()}
+                  for m in ("grpo", "agon"))
     assert max(grpo) == 800 and max(agon) == 400
+    agon_columns = ("eval/accuracy", "eval/solo_acc_A", "eval/solo_acc_B", "eval/conversion_rate",
+                    "eval/regression_rate", "eval/agree_AB")
     page = (REPO / "docs" / "results.md").read_text()
     for step, g in sorted(grpo.items()):
         cells = [f"{100 * g['eval/accuracy']:.1f}"]
-        a = agon.get(step)
-        cells += [f"{100 * a[k]:.1f}" for k in ("eval/accuracy", "eval/solo_acc_A", "eval/solo_acc_B",
-                                                "eval/conversion_rate", "eval/regression_rate", "eval/agree_AB")] \
-            + [f"{a['eval/divergence']:+.3f}"] if a else ["-"] * 7
+        if step in agon:
+            a = agon[step]
+            cells += [f"{100 * a[k]:.1f}" for k in agon_columns] + [f"{a['eval/divergence']:+.3f}"]
+        else:
+            cells += ["-"] * (len(agon_columns) + 1)
         row = f"| {step} | " + " | ".join(cells) + " |"
         assert row in page, row
