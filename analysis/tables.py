@@ -408,11 +408,13 @@ def challengers(row: Any, steps: pd.DataFrame) -> list[str]:
     return ["B"] if row.get("rotation") == "fixed" and "B" in logged else logged
 
 
-def recap_values(steps: pd.DataFrame, row: Any, condition: str, which: str | int) -> pd.Series:
+def recap_values(steps: pd.DataFrame, row: Any, condition: str, which: str | int,
+                 read_as: str = "recap") -> pd.Series:
     """Per run, the challengers' mean accuracy under ``condition`` at the run's ``first`` or ``last`` diagnostic,
-    or at a given step (runs that logged none there are left out)."""
+    or at a given step (runs that logged none there are left out). ``read_as``: ``recap`` (the text recap on the
+    visible prompt) or ``latent`` (the same condition as a key/value prefix, logged by latent-exchange runs)."""
     rows = steps[steps["cell_key"] == row["cell_key"]]
-    columns = [f"recap/{a}/{condition}" for a in challengers(row, steps)]
+    columns = [f"{read_as}/{a}/{condition}" for a in challengers(row, steps)]
     columns = [c for c in columns if c in rows]
     if not columns:
         return pd.Series(dtype=float)
@@ -428,22 +430,26 @@ def recap_values(steps: pd.DataFrame, row: Any, condition: str, which: str | int
 
 def diagnostic_tables(data: Runs, table: pd.DataFrame) -> str:
     """Markdown: per cell and evaluation step, the challengers' accuracy under each recap condition (mean over
-    seeds), then the cross-play matrix of each cell at its last evaluation. Empty without the diagnostic."""
+    seeds); for latent-exchange cells the same conditions read as key/value prefixes; then the cross-play matrix
+    of each cell at its last evaluation. Empty without the diagnostic."""
     steps = data.steps
     if steps.empty or not any(c.startswith("recap/") for c in steps.columns):
         return ""
     conditions = ["rival", "rival_right", "rival_wrong", "correct", "wrong", "none"]
-    lines = ["| cell | step | seeds | " + " | ".join(conditions) + " |", "|---" * (3 + len(conditions)) + "|"]
-    crossplay = []
+    header = ["| cell | step | seeds | " + " | ".join(conditions) + " |", "|---" * (3 + len(conditions)) + "|"]
+    lines, latent_lines, crossplay = list(header), [], []
     for _, row in table.iterrows():
         rows = steps[steps["cell_key"] == row["cell_key"]]
         if rows.empty or "recap/n_wrong" not in rows:
             continue
         diagnosed = rows.dropna(subset=["recap/n_wrong"])["train/step"]
         for step in sorted(diagnosed.unique()):
-            cells = [recap_values(steps, row, c, int(step)) for c in conditions]
-            lines.append(f"| {row['cell']} | {int(step)} | {len(cells[0])} | "
-                         + " | ".join("n/a" if v.dropna().empty else f"{100 * v.mean():.1f}" for v in cells) + " |")
+            for read_as, out in (("recap", lines), ("latent", latent_lines)):
+                cells = [recap_values(steps, row, c, int(step), read_as) for c in conditions]
+                if read_as == "latent" and all(v.dropna().empty for v in cells):
+                    continue  # not a latent-exchange cell: its challenger never reads states
+                out.append(f"| {row['cell']} | {int(step)} | {len(cells[0])} | " + " | ".join(
+                    "n/a" if v.dropna().empty else f"{100 * v.mean():.1f}" for v in cells) + " |")
         last = rows[rows["train/step"] == diagnosed.max()]
         pairs = sorted(c for c in last.columns if c.startswith("crossplay/") and last[c].notna().any())
         if pairs:
@@ -454,6 +460,10 @@ def diagnostic_tables(data: Runs, table: pd.DataFrame) -> str:
             for d in names:
                 crossplay.append(f"| {d} | " + " | ".join(
                     f"{100 * last[f'crossplay/{d}>{a}'].mean():.1f}" for a in names) + " |")
+    if latent_lines:
+        # under exchange=latent the same conditions again, read as the rival adapter's key/value states of the span
+        lines += ["", "The same conditions as key/value prefixes (latent exchange: the rival adapter's states of the "
+                  "span; none = the plain prompt)", "", *header, *latent_lines]
     return "\n".join(lines + crossplay) + "\n"
 
 

@@ -50,7 +50,11 @@ def test_the_recap_figure_draws_what_the_runs_logged(tmp_path):
             rows.append({"train/step": step, "recap/n_wrong": 4.0, "crossplay/A>B": value, "crossplay/B>A": 0.5,
                          "crossplay/A>A": 0.5, "crossplay/B>B": 0.5,
                          **{f"recap/{who}/{c}": value if c == "correct" else 0.25
-                            for who in ("A", "B", "base") for c in ("rival", "correct", "wrong", "none")}})
+                            for who in ("A", "B", "base") for c in ("rival", "correct", "wrong", "none")},
+                         # one run also probes the conditions as key/value prefixes, as a latent-exchange run does
+                         **({f"latent/{who}/{c}": 0.125 if c == "none" else 0.0625
+                             for who in ("A", "B", "base") for c in ("rival", "correct", "wrong", "none")}
+                            if logged == 0 else {})})
         metrics.with_name(METRICS + ".gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows)
                                                                      .encode()))
         metrics.unlink()
@@ -67,5 +71,9 @@ def test_the_recap_figure_draws_what_the_runs_logged(tmp_path):
     text = (tmp_path / "out" / "diagnostic.md").read_text()
     assert "| competitive · visible | 0 | 2 | 25.0 | n/a | n/a | 50.0 | 25.0 | 25.0 |" in text
     assert "| A | 50.0 | 90.0 |" in text  # the cross-play matrix at the last evaluation: A drafts, B answers .9
+    # the prefix conditions get their own block, with only the run that logged them (one seed, each step)
+    text_block, latent_block = text.split("\n\n| drafter")[0].split("as key/value prefixes")
+    assert "| 0 | 1 | 6.2 | n/a | n/a | 6.2 | 6.2 | 12.5 |" in latent_block
+    assert latent_block.count("| 1 | 6.2 |") == 2 and "6.2" not in text_block
     # without the diagnostic there is no such figure
     assert "recap_diagnostic.png" not in {p.name for p in make_figures(load_runs(FIXTURES), tmp_path / "plain")}
