@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analysis import load_runs
-from analysis.claims import claims_markdown, claims_table
+from analysis.claims import claims_markdown, claims_table, pooled_interval, pooled_sd, welch_interval
 from analysis.tables import write_tables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,13 +20,18 @@ REPO = Path(__file__).resolve().parents[2]
 PACKED = sorted(p.name for p in (REPO / "results").iterdir() if p.is_dir() and p.name != "runs") \
     if (REPO / "results").is_dir() else []
 TASKS = [name for name in PACKED if not name.endswith("_pilot")]
+# each packed grid's cells, 3 seeds each: the paper's design on a task, or the exchange ablation (no paper claim
+# compares its cells, so it has no claims table or forest)
+CELLS = {"arithmetic_hard": 10, "products": 10, "exchange": 4}
+CLAIMED = ("arithmetic_hard", "products")
 
 
 def test_every_packed_task_has_its_figures_and_a_section_of_the_page():
-    assert TASKS == ["arithmetic_hard", "products"] and PACKED == [*TASKS, "target_sum_pilot"]
+    assert TASKS == sorted(CELLS) and PACKED == [*TASKS, "target_sum_pilot"]
     page = (REPO / "docs" / "results.md").read_text()
     for task in TASKS:
-        for figure in ("accuracy_grid", "claims_forest", "recap_diagnostic", "training_curves"):
+        figures = ("accuracy_grid", "recap_diagnostic", "training_curves") + (("claims_forest",) * (task in CLAIMED))
+        for figure in figures:
             assert f"results/{task}/{figure}.png" in page, (task, figure)
             assert (REPO / "docs" / "results" / task / f"{figure}.png").is_file(), (task, figure)
 
@@ -34,19 +39,25 @@ def test_every_packed_task_has_its_figures_and_a_section_of_the_page():
 @pytest.mark.parametrize("task", TASKS)
 def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
     data = load_runs(REPO / "results" / task)
-    # every cell of the design, 3 seeds each, each run finished
-    assert len(data.runs) == 30 and (data.runs["status"] == "complete").all()
-    assert data.runs.groupby("cell").size().eq(3).all() and data.runs["cell"].nunique() == 10
+    # every cell of the grid, 3 seeds each, each run finished
+    assert len(data.runs) == 3 * CELLS[task] and (data.runs["status"] == "complete").all()
+    assert data.runs.groupby("cell").size().eq(3).all() and data.runs["cell"].nunique() == CELLS[task]
     write_tables(data, tmp_path)
-    (tmp_path / "claims.md").write_text(claims_markdown(claims_table(data.runs)))
+    claims = claims_table(data.runs)
+    assert claims.empty == (task not in CLAIMED)
+    names = ["table.md", "diagnostic.md"]
+    if task in CLAIMED:
+        (tmp_path / "claims.md").write_text(claims_markdown(claims))
+        names.append("claims.md")
     committed = REPO / "docs" / "results" / task
     page = (REPO / "docs" / "results.md").read_text()
-    for name in ("table.md", "diagnostic.md", "claims.md"):
+    for name in names:
         assert (tmp_path / name).read_text() == (committed / name).read_text(), f"docs/results/{task}/{name}"
     # the page quotes the tables as drawn: the results table (less its caption) and the claims, row for row
     table_rows = (tmp_path / "table.md").read_text().split("\n\n", 1)[1].strip()
     assert table_rows in page
-    assert (tmp_path / "claims.md").read_text().strip() in page
+    if task in CLAIMED:
+        assert (tmp_path / "claims.md").read_text().strip() in page
 
 
 
@@ -70,3 +81,28 @@ def test_the_target_sum_pilot_table_is_what_its_packed_runs_give():
             cells += ["-"] * (len(agon_columns) + 1)
         row = f"| {step} | " + " | ".join(cells) + " |"
         assert row in page, row
+
+
+def test_the_exchange_differences_and_prefix_diagnostic_are_what_its_packed_runs_give():
+    """docs/results.md's latent-exchange section: each difference (pooled and Welch intervals, recomputed from the
+    packed summaries) and the diagnostic's block of prefix conditions, as drawn."""
+    runs = load_runs(REPO / "results" / "exchange").runs
+    runs = runs.assign(gain=runs["eval/accuracy"] - runs["eval/accuracy_at_start"])
+    page = (REPO / "docs" / "results.md").read_text()
+    pairs = [("visible", "hidden"), ("latent:recap", "visible"), ("latent:recap", "hidden"),
+             ("latent:trace", "hidden"), ("latent:recap", "latent:trace")]
+    for metric, what in (("eval/accuracy", "accuracy after training"), ("gain", "gain since step 0")):
+        by = {e: 100 * g[metric].to_numpy() for e, g in runs.groupby("exchange")}
+        assert sorted(by) == ["hidden", "latent:recap", "latent:trace", "visible"]
+        sd, df = pooled_sd(list(by.values()))
+        assert df == 8
+        for left, right in pairs:
+            diff, low, high = pooled_interval(by[left], by[right], sd, df)
+            _, welch_low, welch_high = welch_interval(by[left], by[right])
+            row = (f"| {left} − {right} | {what} | {by[left].mean():.1f} vs {by[right].mean():.1f} | "
+                   f"{diff:+.1f} [{low:+.1f}, {high:+.1f}] | [{welch_low:+.1f}, {welch_high:+.1f}] |")
+            assert row in page, row
+    diagnostic = (REPO / "docs" / "results" / "exchange" / "diagnostic.md").read_text()
+    prefix_block = diagnostic.split("as key/value prefixes")[1].split("\n\n")[1].strip()
+    assert prefix_block.count("latent:") == 6 and prefix_block in page
+    assert diagnostic.split("\n\n")[0].strip() in page  # the text-recap block of the same cells
