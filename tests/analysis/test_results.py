@@ -60,7 +60,6 @@ def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
         assert (tmp_path / "claims.md").read_text().strip() in page
 
 
-
 def test_the_target_sum_pilot_table_is_what_its_packed_runs_give():
     """docs/results.md's target-sum pilot: each row of its curve table, recomputed from the packed metrics."""
     data = load_runs(REPO / "results" / "target_sum_pilot")
