@@ -166,3 +166,16 @@ class Ranks:
             from accelerate import PartialState
 
             PartialState().wait_for_everyone()
+
+    def close(self) -> None:
+        """End the process group once every rank has reached this call. torch asks each process to before it exits:
+        a gloo rank that exits without it aborts now and then as the interpreter shuts down (SIGABRT, "terminate
+        called without an active exception", pytorch/pytorch#190489), failing a run that had finished. Call it on
+        the way out of a run that succeeded only: after a failure the other ranks may never reach it."""
+        if self.world == 1:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            self.barrier()
+            dist.destroy_process_group()

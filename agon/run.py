@@ -311,6 +311,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
+    ranks = Ranks()
     if launched_world_size() > 1:
         # before Hydra names the output directory: every rank takes rank 0's launch time, so all name the same one
         ranks = Ranks.from_env()
@@ -322,6 +323,8 @@ def main() -> None:
     except _Reported as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
+    # after every cell of a sweep, which all share the one group (a failed run leaves by sys.exit, skipping this)
+    ranks.close()
 
 
 if __name__ == "__main__":

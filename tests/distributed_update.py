@@ -41,6 +41,7 @@ def main(directory: Path) -> None:
         if ranks.is_main:
             state = {a: policies.lora_state(a) for a in policies.adapters}
             torch.save({"state": state, "stats": stats}, directory / f"{loss_type}.pt")
+    ranks.close()
 
 
 if __name__ == "__main__":

@@ -140,6 +140,8 @@ NAMED = [
            "            self.ranks.sum_([p.grad for p in params])"),
     Mutant("rank_local_rows", "agon/role_batch.py", "grpo/dr_grpo normalised by this rank's rows",
            "batch_rows=len(attempts),", "batch_rows=len(mine),"),
+    Mutant("group_left_started", "agon/run.py", "a finished run exits with its process group started (gloo aborts)",
+           "    ranks.close()\n", "    pass\n", tests=["tests/test_distributed_backend.py"]),
     # the real-model path: chunked scoring, token budgets, the model's context, Qwen3's template
     Mutant("scoring_without_temperature", "agon/scoring.py", "chunked log-probs ignore the sampling temperature",
            "logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).div_(temperature)",

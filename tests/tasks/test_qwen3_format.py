@@ -68,9 +68,9 @@ def qwen3_policies():
     from transformers import AutoModelForCausalLM
 
     from agon.config import LoraConfig
-    from agon.policies import Policies
     from agon.families import get_family
     from agon.model_shape import build_tokenizer
+    from agon.policies import Policies
 
     qwen3 = get_family("qwen3")
     torch.manual_seed(0)
