@@ -1,16 +1,21 @@
 """The paper's claims, put to a set of runs: each a difference between two cells with its interval and verdict.
 
-A claim (``claims.yaml``, a data file beside the code, which also holds the rules below) names two cells by their
-``experiment`` (the named presets of ``conf/experiment``, which the results sweeps use), a metric, a measure and a
-direction. The measure is ``final`` (each run's value after training) or ``change`` (each run's value after
+A claim (``claims.yaml``, a data file beside the code, which also holds the rules below) names two cells, a metric,
+a measure and a direction. A cell is named by its ``experiment`` (the named presets of ``conf/experiment``, which
+the results sweeps use: ``agon``) or by axis values (``exchange=latent:recap``; several joined by ``,``), for grids
+swept over an axis rather than over presets. Axis values are matched among the runs launched without a preset
+only, so that the claims of an axis sweep are never put to the paper's design (where they would change the number
+of claims its family-wise interval counts), and they name a cell only where they pick out one: where they match
+runs of several cells (two axes swept, ``exchange=visible`` under both rewards) the claim is not put to those
+runs. The measure is ``final`` (each run's value after training) or ``change`` (each run's value after
 training minus its value at the evaluation before it, ``<metric>_at_start`` in the runs frame): a claim about what
 training does to a metric that differs between cells before training is judged on its change.
 
 Intervals, per setting (task and model; claims never mix settings):
 
     pooled      the verdict's interval: Student's t on the difference of the two cells' means, with the seeds' SD
-                pooled over every trained cell of the setting (each experiment whose method trains, i.e. all but
-                MoA; df = sum of n_i - 1). With 3 seeds a cell's own SD is a poor estimate, and two cells whose
+                pooled over every trained cell of the setting (each cell whose method trains, i.e. all but MoA;
+                df = sum of n_i - 1). With 3 seeds a cell's own SD is a poor estimate, and two cells whose
                 seeds happen to agree would get a narrow interval. The pool assumes one seed-to-seed noise for
                 all trained cells, which three seeds of each cannot tell apart from theirs
     welch       Welch's t on the two cells' own seeds, shown beside it
@@ -51,6 +56,7 @@ from agon.methods import METHODS
 @dataclass(frozen=True)
 class Claim:
     text: str
+    # each a cell: an experiment (``agon``) or axis values (``exchange=latent:recap``)
     left: str
     right: str
     # "greater": left > right; "smaller": left < right; "similar": left about equal to right
@@ -191,11 +197,32 @@ def _trains(method: object) -> bool:
     return registered.trains if registered is not None else True
 
 
-def claim_values(done: pd.DataFrame, experiment: str, metric: str, measure: str) -> tuple[np.ndarray, int]:
-    """(one value per complete run of ``experiment``, how many of its runs have no value at the start): the final
+def _cell_column(done: pd.DataFrame) -> str:
+    """The column that tells cells apart: ``cell_key`` in frames from ``analysis.load``, else the experiment."""
+    return "cell_key" if "cell_key" in done else "experiment"
+
+
+def cell_runs(done: pd.DataFrame, cell: str) -> pd.DataFrame | None:
+    """The runs of the cell a claim names: those of an experiment (``agon``), or those launched without one whose
+    axes hold the values (``exchange=latent:recap``, pairs joined by ``,``; compared as text). None when no run
+    matches, or when axis values match runs of more than one cell (they name no single cell there)."""
+    if "=" not in cell:
+        rows = done[done["experiment"] == cell] if "experiment" in done else done.iloc[:0]
+        return rows if len(rows) else None
+    match = done["experiment"].isna() if "experiment" in done else pd.Series(True, index=done.index)
+    for pair in cell.split(","):
+        axis, value = (part.strip() for part in pair.split("=", 1))
+        match &= done[axis].astype(str).eq(value) if axis in done else False
+    rows = done[match]
+    if rows.empty or rows[_cell_column(rows)].nunique(dropna=False) > 1:
+        return None
+    return rows
+
+
+def claim_values(rows: pd.DataFrame, metric: str, measure: str) -> tuple[np.ndarray, int]:
+    """(one value per complete run of a cell's ``rows``, how many of them have no value at the start): the final
     value, or with ``measure`` "change" the final minus ``<metric>_at_start``. Runs without a final value are left
     out (the metric does not apply to them)."""
-    rows = done[done["experiment"] == experiment]
     final = pd.to_numeric(rows[metric], errors="coerce") if metric in rows else pd.Series(math.nan, rows.index)
     if measure == "final":
         return final.dropna().to_numpy(float), 0
@@ -209,9 +236,8 @@ def claim_values(done: pd.DataFrame, experiment: str, metric: str, measure: str)
 
 def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules) -> list[dict]:
     """The rows of one setting's claims (see ``claims_table``)."""
-    experiments = list(done["experiment"].dropna().unique())
-    method_of = done.groupby("experiment")["method"].first() if "method" in done else pd.Series(dtype=object)
-    trained = [e for e in experiments if _trains(method_of.get(e))]
+    cells = [rows for _, rows in done.groupby(_cell_column(done), sort=False)]
+    trained = [rows for rows in cells if _trains(rows["method"].iloc[0] if "method" in rows else None)]
     effect, why = rl_effect(done, rules)
     margin, why = margin_of(effect, why, rules)
     # how the notes name the reference: its method's label (GRPO) where the runs have one
@@ -222,19 +248,21 @@ def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules) -
     for claim in claims:
         if claim.metric not in done:
             continue
-        (left, miss_l), (right, miss_r) = (claim_values(done, e, claim.metric, claim.measure)
-                                           for e in (claim.left, claim.right))
-        n_l = int((done["experiment"] == claim.left).sum())
-        n_r = int((done["experiment"] == claim.right).sum())
-        if not n_l or not n_r or (not len(left) and not miss_l) or (not len(right) and not miss_r):
-            continue  # a cell did not run, or the metric does not apply to it
+        left_rows, right_rows = cell_runs(done, claim.left), cell_runs(done, claim.right)
+        if left_rows is None or right_rows is None:
+            continue  # a cell did not run (or its axis values name no single cell here)
+        (left, miss_l), (right, miss_r) = (claim_values(rows, claim.metric, claim.measure)
+                                           for rows in (left_rows, right_rows))
+        if (not len(left) and not miss_l) or (not len(right) and not miss_r):
+            continue  # the metric does not apply to a cell
         key = (claim.metric, claim.measure)
         if key not in pools:
-            pools[key] = pooled_sd([claim_values(done, e, *key)[0] for e in trained])
+            pools[key] = pooled_sd([claim_values(rows, *key)[0] for rows in trained])
         sd, df = pools[key]
         row = {"claim": claim.text, "metric": claim.metric, "measure": claim.measure, "direction": claim.direction,
                "left": claim.left, "right": claim.right, "seeds": f"{len(left) + miss_l} vs {len(right) + miss_r}",
-               "pooled_sd": sd, "pooled_df": df, "pooled_cells": len(trained), "reference": reference,
+               "pooled_sd": sd, "pooled_df": df, "pooled_cells": len(trained),
+               "untrained_cells": len(cells) - len(trained), "reference": reference,
                "fraction": rules.fraction, "margin_metric": rules.margin_metric, "rl_effect": effect,
                "margin": margin if claim.metric == rules.margin_metric else math.nan}
         if miss_l or miss_r:
@@ -271,7 +299,8 @@ def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules) -
 
 COLUMNS = ["claim", "metric", "measure", "direction", "left", "right", "seeds", "left_mean", "right_mean",
            "difference", "ci_low", "ci_high", "verdict", "welch_low", "welch_high", "fw_low", "fw_high",
-           "fw_verdict", "level", "fw_level", "claims", "pooled_sd", "pooled_df", "pooled_cells", "reference",
+           "fw_verdict", "level", "fw_level", "claims", "pooled_sd", "pooled_df", "pooled_cells", "untrained_cells",
+           "reference",
            "fraction", "margin_metric", "rl_effect", "margin"]
 
 
@@ -282,11 +311,11 @@ def claims_table(runs: pd.DataFrame, claims: Sequence[Claim] = CLAIMS, rules: Ru
     Columns: claim, metric, measure, direction, left, right, seeds, left_mean and right_mean (of each cell's values
     under the measure), difference, ci_low/ci_high (pooled interval) and verdict, welch_low/welch_high,
     fw_low/fw_high and fw_verdict (the family-wise interval), level and fw_level, claims (k), pooled_sd, pooled_df
-    and pooled_cells, reference (its label), fraction, margin_metric, rl_effect and margin (nan where there is
-    none, or where the claim's metric is not the margin's).
+    and pooled_cells, untrained_cells (left out of the pool), reference (its label), fraction, margin_metric,
+    rl_effect and margin (nan where there is none, or where the claim's metric is not the margin's).
     """
     done = runs[runs["status"] == "complete"] if "status" in runs else runs
-    if "experiment" not in done or done.empty:
+    if done.empty:
         return pd.DataFrame(columns=COLUMNS)
     keys = [k for k in ("task", "model") if k in done]
     groups = done.groupby(keys, dropna=False, sort=False) if keys else [((), done)]
@@ -348,14 +377,15 @@ def _notes(table: pd.DataFrame) -> list[str]:
                                                                                                 metric))
         unit = "tokens" if in_tokens(metric) else "points"
         pools.append(f"{sd} {unit} on {what} (df {int(r['pooled_df'])})")
+    which = "every experiment but the untrained MoA" if first["untrained_cells"] else "every cell of the grid"
     lines = [f"Intervals: Student's t with the seeds' SD pooled over the {int(first['pooled_cells'])} trained cells "
-             f"(every experiment but the untrained MoA): {'; '.join(pools)}. Welch's interval, from the two cells' "
-             "own seeds alone, is shown beside it.",
+             f"({which}): {'; '.join(pools)}. Welch's interval, from the two cells' own seeds alone, is shown "
+             "beside it.",
              f"Multiplicity: {int(first['claims'])} claims put to this task; the family-wise interval is at "
              f"1 - {1 - first['level']:.2f}/{int(first['claims'])} = {_pct(first['fw_level'])} (Bonferroni), so "
              f"all {int(first['claims'])} hold together at {_pct(first['level'])}."]
     margins = table[table["metric"] == table["margin_metric"]]
-    if not margins.empty:
+    if not margins.empty and (table["direction"] == "similar").any():  # the margin judges "about equal" only
         r = margins.iloc[0]
         gain = f"{r['reference']}'s gain in {r['margin_metric']} from before training to after"
         if math.isnan(r["margin"]):

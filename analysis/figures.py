@@ -579,7 +579,7 @@ def divergence_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
 
 # a verdict's colour in the forest plot; the rest (unresolved, not testable, no margin) grey
 VERDICT_COLORS = {"holds": "#2e7d32", "reversed": "#c62828", "differs": "#e07b39"}
-# the side of 0 the paper claims, as a marker right of each row: > (left > right), < (left < right), = (about
+# the side of 0 a claim takes, as a marker right of each row: > (left > right), < (left < right), = (about
 # equal); outside the data, so it never hides an interval
 PAPER_MARK = {"greater": ">", "smaller": "<", "similar": r"$\approx$"}
 
@@ -592,7 +592,7 @@ def _claim_label(row: Any, several: bool) -> str:
 def claims_forest_figure(claims: pd.DataFrame) -> plt.Figure | None:
     """One row per claim (``analysis.claims.claims_table``): the difference (left minus right, under its measure)
     with its pooled 95% interval (thick) and the family-wise one (thin, lighter), a line at 0, the "about equal"
-    band +-margin shaded on rows whose metric has one, and right of each row the side the paper claims (a
+    band +-margin shaded on rows whose metric has one, and right of each row the side claimed (a
     triangle pointing to it; ``≈`` for "about equal") and the two verdicts. Accuracy claims in points and length
     claims in tokens get panels of their own. None without claims."""
     if claims.empty:
@@ -640,11 +640,11 @@ def claims_forest_figure(claims: pd.DataFrame) -> plt.Figure | None:
         Line2D([], [], color="0.45", linewidth=4, label=f"{level} interval (pooled SD)"),
         Line2D([], [], color=_lighter("0.45", 0.5), linewidth=1.2, label=f"family-wise {fw} (Bonferroni)"),
         Patch(facecolor="#4c72b0", alpha=0.25, label="about equal (±margin)"),
-        Line2D([], [], marker=">", linestyle="", color="black", label="side the paper claims (≈: equal)"),
+        Line2D([], [], marker=">", linestyle="", color="black", label="side claimed (≈: equal)"),
         *[Line2D([], [], color=c, linewidth=4, label=v) for v, c in VERDICT_COLORS.items()],
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=8)
-    fig.suptitle("The paper's claims: difference of two cells' means over seeds", fontsize=10)
+    fig.suptitle("The claims (analysis/claims.yaml): difference of two cells' means over seeds", fontsize=10)
     return fig
 
 

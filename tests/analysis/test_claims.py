@@ -225,6 +225,13 @@ def test_the_table_names_each_claim_whose_cells_ran():
     assert "| Agon (competitive, visible) beats vanilla GRPO | agon vs grpo | 3 vs 3 | 61.0 vs 42.0 | +19.0 [" in md
     assert " tok | holds |" in md
     assert "- Multiplicity: 3 claims put to this task; the family-wise interval is at 1 - 0.05/3 = 98.33%" in md
+    assert "(every experiment but the untrained MoA)" not in md and "(every cell of the grid)" in md
+    # no "about equal" claim among them: no margin line
+    assert "About equal" not in md
+    hidden = pd.DataFrame({"experiment": "hidden", "method": "agon", "seed": [0, 1, 2], "status": "complete",
+                           "eval/accuracy": [0.43, 0.44, 0.42], "eval/accuracy_at_start": 0.3})
+    md = claims_markdown(claims_table(pd.concat([runs, hidden], ignore_index=True)))
+    assert "- Multiplicity: 4 claims put to this task" in md
     # GRPO gained 12.0 points on average: the margin is 6.0
     assert "- About equal: within ±6.0 points, half of grpo's gain in eval/accuracy" in md
     assert "(12.0 points, mean over seeds)" in md
@@ -246,3 +253,62 @@ def test_every_claim_names_cells_and_a_measure_the_table_knows():
         assert claim.direction in ("greater", "smaller", "similar") and claim.measure in ("final", "change")
     assert sum(c.direction == "similar" for c in CLAIMS) == 1
     assert next(c for c in CLAIMS if c.metric == "eval/final_trace_tokens").measure == "change"
+
+
+def exchange_frame(cells: dict[str, list[float]]) -> pd.DataFrame:
+    """Runs as analysis.load gives them for a sweep over the exchange: no experiment, a ``cell_key`` per cell;
+    ``cells``: exchange -> final accuracies (start .10), or "exchange@rotation" for another rotation."""
+    rows = []
+    for name, finals in cells.items():
+        exchange, _, rotation = name.partition("@")
+        rotation = rotation or "alternate"
+        for seed, acc in enumerate(finals):
+            rows.append({"experiment": None, "method": "agon", "exchange": exchange, "rotation": rotation,
+                         "cell_key": f"method=agon|exchange={exchange}|rotation={rotation}", "seed": seed,
+                         "status": "complete", "eval/accuracy": acc, "eval/accuracy_at_start": 0.10})
+    return pd.DataFrame(rows)
+
+
+def test_axis_values_name_the_cells_of_a_sweep_over_an_axis():
+    """The exchange sweep's runs carry no experiment: its claims name cells by the exchange, and the SD is pooled
+    over its cells (cell_key), not over one pool of every run."""
+    cells = {"visible": [0.20, 0.21, 0.22], "hidden": [0.18, 0.19, 0.20], "latent:recap": [0.14, 0.16, 0.12],
+             "latent:trace": [0.06, 0.07, 0.08]}
+    table = claims_table(exchange_frame(cells)).set_index("claim")
+    paper = [c.text for c in CLAIMS if "=" not in c.left]
+    assert not set(paper) & set(table.index)  # the paper's presets are not among these runs
+    assert len(table) == 6 and set(table["claims"]) == {6}
+    # sums of squares .0002 x 3 + .0008 over df 8
+    assert table["pooled_sd"].iloc[0] == pytest.approx(math.sqrt(0.0014 / 8)) and table["pooled_cells"].iloc[0] == 4
+    row = table.loc["the recap as key/value states beats the recap as text"]
+    assert (row["left"], row["right"], row["difference"]) == ("exchange=latent:recap", "exchange=visible",
+                                                               pytest.approx(-0.07))
+    assert row["verdict"] == "reversed"
+    change = table.loc["the trace as states gains more than the recap as text (change since the start)"]
+    assert change["measure"] == "change" and change["difference"] == pytest.approx(-0.14)
+
+
+def test_axis_values_that_match_several_cells_name_none():
+    """A sweep over two axes (here the exchange and the rotation) has two visible cells: exchange=visible names
+    neither, and a claim naming it is not put to those runs, rather than pooling the two cells' runs as one."""
+    cells = {"visible": [0.20, 0.21, 0.22], "hidden": [0.18, 0.19, 0.20], "latent:recap": [0.14, 0.16, 0.12]}
+    claim = "the visible exchange beats the hidden one (competitive)"
+    assert claim in set(claims_table(exchange_frame(cells))["claim"])
+    table = claims_table(exchange_frame({**cells, "visible@fixed": [0.30, 0.31, 0.32]}))
+    assert claim not in set(table["claim"])
+    assert "the recap as key/value states beats the hidden exchange" in set(table["claim"])
+    # the other cell still counts in the pool: 4 trained cells
+    assert set(table["pooled_cells"]) == {4}
+
+
+def test_axis_values_are_not_matched_among_runs_of_a_preset():
+    """The paper's design launched by preset: agon is competitive and visible, hidden competitive and hidden, one
+    cell each. The exchange sweep's claims would pick them out, and add to the number of claims the paper's
+    family-wise interval counts; they are not put to runs of a preset."""
+    runs = runs_frame({"agon": ("agon", [0.30, 0.32, 0.34], [0.2] * 3),
+                       "hidden": ("agon", [0.28, 0.30, 0.29], [0.2] * 3)})
+    runs["exchange"] = runs["experiment"].map({"agon": "visible", "hidden": "hidden"})
+    runs["cell_key"] = "exchange=" + runs["exchange"]
+    assert claims_table(runs).empty  # no paper claim compares agon with hidden alone
+    assert len(claims_table(runs.assign(experiment=None))) == 1  # the same runs from a sweep over the exchange
+
