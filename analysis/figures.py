@@ -510,19 +510,21 @@ def _label(row: Any, width: int = 26) -> str:
 def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
     """Per cell (rows), the challenger's accuracy under each recap condition at the first and at the last evaluation
     (two panels side by side, the same axis): a marker per condition at the mean over seeds, the seeds as faint
-    dots. Drawn for a page's width; None without data."""
+    dots. A latent-exchange cell gets a second row, the same conditions read as key/value prefixes. Drawn for a
+    page's width; None without data."""
     steps = data.steps
     if steps.empty or not any(c.startswith("recap/") for c in steps.columns):
         return None
-    shown = [r for _, r in table.iterrows() if not recap_values(steps, r, "none", "last").empty]
+    shown = [(r, read_as) for _, r in table.iterrows() for read_as in ("recap", "latent")
+             if not recap_values(steps, r, "none", "last", read_as).empty]
     with plt.rc_context({"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9}):
         fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 1.6 + 0.42 * max(1, len(shown))), layout="constrained",
                                  sharey=True, sharex=True)
         offsets = np.linspace(-0.27, 0.27, len(RECAP_SHOWN))
         for ax, which in zip(axes, ("first", "last")):
-            for y, row in enumerate(shown):
+            for y, (row, read_as) in enumerate(shown):
                 for k, (condition, color, marker) in enumerate(zip(RECAP_SHOWN, RECAP_COLORS, RECAP_MARKERS)):
-                    values = recap_values(steps, row, condition, which).dropna() * 100
+                    values = recap_values(steps, row, condition, which, read_as).dropna() * 100
                     if values.empty:
                         continue
                     ax.scatter(values, np.full(len(values), y + offsets[k]), s=8, color=color, alpha=0.5,
@@ -534,7 +536,9 @@ def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
             ax.grid(axis="y", visible=False)
             for y in range(len(shown) - 1):
                 ax.axhline(y + 0.5, color="0.85", linewidth=0.6, zorder=1)
-        axes[0].set_yticks(range(len(shown)), [_label(r) for r in shown])
+        # a cell's own row reads the recap as text; its latent row, as key/value states
+        labels = [_label(r) + ("\n(as key/value states)" if read_as == "latent" else "") for r, read_as in shown]
+        axes[0].set_yticks(range(len(shown)), labels)
         axes[0].set_ylim(len(shown) - 0.5, -0.5)
         fig.legend(handles=[Line2D([], [], marker=m, linestyle="", color=c, markeredgecolor="black",
                                    markersize=6, label=RECAP_SHOWN[k])

@@ -6,6 +6,7 @@ import gzip
 import json
 import shutil
 
+import numpy as np
 import pandas as pd
 
 from agon.run_files import METRICS, read_jsonl
@@ -75,5 +76,17 @@ def test_the_recap_figure_draws_what_the_runs_logged(tmp_path):
     text_block, latent_block = text.split("\n\n| drafter")[0].split("as key/value prefixes")
     assert "| 0 | 1 | 6.2 | n/a | n/a | 6.2 | 6.2 | 12.5 |" in latent_block
     assert latent_block.count("| 1 | 6.2 |") == 2 and "6.2" not in text_block
+    # and the figure draws them in a row of their own under the cell's text row, as the run logged them
+    from analysis.figures import recap_figure
+
+    fig = recap_figure(data, table)
+    labels = [t.get_text().replace("\n", " ") for t in fig.axes[0].get_yticklabels()]
+    latent_rows = [y for y, label in enumerate(labels) if label.endswith(" (as key/value states)")]
+    assert len(latent_rows) == 1
+    latent_row = latent_rows[0]
+    assert labels[latent_row] == labels[latent_row - 1] + " (as key/value states)"
+    means = [o for o in fig.axes[1].collections if len(o.get_offsets()) == 1]
+    assert {(round(x, 2), y) for o in means for x, y in o.get_offsets()} >= {
+        (6.25, latent_row + off) for off in np.linspace(-0.27, 0.27, 4)[1:3]}
     # without the diagnostic there is no such figure
     assert "recap_diagnostic.png" not in {p.name for p in make_figures(load_runs(FIXTURES), tmp_path / "plain")}
