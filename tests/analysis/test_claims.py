@@ -14,6 +14,7 @@ from analysis.claims import (
     CLAIMS,
     RULES,
     Claim,
+    _digits,
     bonferroni_level,
     claims_markdown,
     claims_table,
@@ -47,6 +48,17 @@ def test_welch_interval_matches_scipy():
     assert diff == pytest.approx(a.mean() - b.mean())
     assert (low, high) == (pytest.approx(ref.low), pytest.approx(ref.high))
     assert math.isnan(welch_interval(a, b[:1])[1])
+    # two seeds a side is the fewest that give an interval
+    ref = stats.ttest_ind(a[:2], b[:2], equal_var=False).confidence_interval(0.95)
+    assert welch_interval(a[:2], b[:2])[1:] == (pytest.approx(ref.low), pytest.approx(ref.high))
+
+
+def test_a_length_claims_numbers_get_the_decimals_its_largest_needs():
+    """Two decimals below 10 tokens, one below 1,000, none above; a missing number (nan) has no say."""
+    tokens = "eval/final_trace_tokens"
+    assert [_digits([v], tokens) for v in (5.0, 50.0, 5000.0)] == [2, 1, 0]
+    assert _digits([math.nan, 5.0], tokens) == _digits([5.0, math.nan], tokens) == 2
+    assert _digits([5000.0], "eval/accuracy") == 1  # points: always one
 
 
 def test_pooled_interval_by_hand():
