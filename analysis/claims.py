@@ -300,8 +300,7 @@ def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules) -
 COLUMNS = ["claim", "metric", "measure", "direction", "left", "right", "seeds", "left_mean", "right_mean",
            "difference", "ci_low", "ci_high", "verdict", "welch_low", "welch_high", "fw_low", "fw_high",
            "fw_verdict", "level", "fw_level", "claims", "pooled_sd", "pooled_df", "pooled_cells", "untrained_cells",
-           "reference",
-           "fraction", "margin_metric", "rl_effect", "margin"]
+           "reference", "fraction", "margin_metric", "rl_effect", "margin"]
 
 
 def claims_table(runs: pd.DataFrame, claims: Sequence[Claim] = CLAIMS, rules: Rules = RULES) -> pd.DataFrame:
