@@ -7,7 +7,9 @@ only input to "all wrong" checks elsewhere: shaped terms never decide whether a 
     drafter     r_d = correct_weight * a  (+ team_weight * b under cooperative)
     challenger  competitive: correct_weight * b + conversion_bonus * b * (1 - a)
                              + length_tiebreak * b * a * [len(z) < len(y)] + format_weight * format_ok(z)
-                cooperative: correct_weight * b
+                cooperative: correct_weight * b + format_weight * format_ok(z)  (the team term instead of the
+                             conversion bonus and the tiebreak; the format term kept, so a preset's weights mean
+                             the same under both modes)
     paper       competitive with the weights of the paper's reward form (2, 1, 0, 0.5): R = 2 c(b) + c(b)(1 - c(a))
                 + 0.5 format(b), set in conf/reward/paper.yaml
 
@@ -62,6 +64,22 @@ register_reward = REWARD_MODES.register
 get_reward_mode = REWARD_MODES.get_or_raise
 
 
+WEIGHTS = ("correct_weight", "conversion_bonus", "length_tiebreak", "team_weight", "format_weight")
+
+
+def reward_summary(cfg: Any) -> dict[str, Any]:
+    """The reward a run pays, in full: its mode and every weight (``summary.json``'s ``reward_weights``, the start
+    line of the run's log), so the paper's reward and the offline default's are told apart by more than a name."""
+    return {"name": str(cfg.name), **{k: float(cfg[k]) for k in WEIGHTS}}
+
+
+def describe_reward(cfg: Any) -> str:
+    """``reward_summary`` on one line: ``competitive (correct 2, conversion 1, tiebreak 0, team 0, format 0.5)``."""
+    s = reward_summary(cfg)
+    return f"{s['name']} (" + ", ".join(f"{k.split('_')[0] if k != 'length_tiebreak' else 'tiebreak'} {s[k]:g}"
+                                        for k in WEIGHTS) + ")"
+
+
 def compute_rewards(outcome: Outcome, cfg: Any) -> RoundRewards:
     """The rewards of ``outcome`` under the mode ``cfg.name`` with ``cfg``'s weights."""
     return get_reward_mode(cfg.name)(outcome, cfg)
@@ -90,7 +108,9 @@ def cooperative(o: Outcome, w: Any) -> RoundRewards:
     if o.challenge_correct is None:
         return RoundRewards(RoleRewards({"correct": w.correct_weight * o.draft_correct}), None)
     drafter = RoleRewards({"correct": w.correct_weight * o.draft_correct, "team": w.team_weight * o.challenge_correct})
-    return RoundRewards(drafter, RoleRewards({"correct": w.correct_weight * o.challenge_correct}))
+    challenger = RoleRewards({"correct": w.correct_weight * o.challenge_correct,
+                              "format": w.format_weight * o.challenge_format})
+    return RoundRewards(drafter, challenger)
 
 
 # the paper's form is the competitive formula with other weights (conf/reward/paper.yaml)

@@ -32,6 +32,7 @@ from agon.config import LAUNCH_TIME_ENV, ConfigError, exchange_name, resume_mode
 from agon.distributed import Ranks, launched_world_size
 from agon.engines import EngineError
 from agon.policies import ModelLoadError
+from agon.rewards import describe_reward, reward_summary
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "hydra-core", "omegaconf", "wandb", "datasets",
             "math-verify", "reasoning-gym", "tokenizers", "vllm")
@@ -136,6 +137,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     recorder = Recorder(run_dir, build_logger(cfg, run_dir) if ranks.is_main else None, enabled=ranks.is_main)
     trainer, exit_code = None, 1
+    if ranks.is_main:  # the cell's full reward: a preset's weights are not visible in its name
+        print(f"[agon] {cfg.method.name}, reward {describe_reward(cfg.reward)}, exchange "
+              f"{exchange_name(cfg.exchange.mode, cfg.exchange.span)}, rotation {cfg.rotation.mode}, init "
+              f"{cfg.init.mode}")
     try:
         trainer = build_trainer(cfg, run_dir, recorder, ranks, log=print if ranks.is_main else _quiet)
         if resume == "auto" and trainer.resume_latest():
@@ -167,7 +172,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "train/processes": ranks.world,
             "time/train_s": trainer.state.train_seconds,
             "time/total_s": time.time() - t0,
-            "method": cfg.method.name, "reward": cfg.reward.name,
+            "method": cfg.method.name, "reward": cfg.reward.name, "reward_weights": reward_summary(cfg.reward),
             "exchange": exchange_name(cfg.exchange.mode, cfg.exchange.span),
             "rotation": cfg.rotation.mode, "init": cfg.init.mode, "task": cfg.task.name, "model": cfg.model.name,
             # how tables and figures name the base model (analysis/load.py; model.name for runs without it)

@@ -210,8 +210,11 @@ def test_every_cell_of_every_grid_composes(name):
         _assert_cell(cfg, cell, name)
         chosen = dict(o.split("=", 1) for o in cell)
         if "reward" in chosen:
-            # the reward's weights, from conf/reward/<name>.yaml, read here without Hydra
+            # the reward's weights, from conf/reward/<name>.yaml read here without Hydra, under those the cell's
+            # preset sets itself (the paper's weights: the preset's recipe survives the axis)
             weights = OmegaConf.load(CONF / "reward" / f"{chosen['reward']}.yaml")
+            preset = _preset_body(chosen["experiment"]) if "experiment" in chosen else {}
+            weights.merge_with({k.split(".", 1)[1]: v for k, v in preset.items() if k.startswith("reward.")})
             assert cfg.reward.name == chosen["reward"] == weights.name
             for key in ("correct_weight", "conversion_bonus", "length_tiebreak", "team_weight", "format_weight"):
                 assert cfg.reward[key] == weights[key], (name, cell, key)
@@ -353,18 +356,103 @@ def test_the_paper_deepmath_preset_is_the_papers_recipe_on_any_qwen3(extra, mode
     validate(cfg)
     assert (cfg.model.name, cfg.task.name, cfg.task.min_difficulty, cfg.task.heldout_size) == \
         (model, "deepmath_hard", 8.0, 300)
-    assert (cfg.model.lora.rank, cfg.reward.name, cfg.method.name, cfg.model.enable_thinking) == \
-        (16, "paper", "agon", True)
+    assert (cfg.model.lora.rank, cfg.method.name, cfg.model.enable_thinking) == (16, "agon", True)
+    assert dict(cfg.reward) == PAPER_REWARD["competitive"]
     assert (cfg.trainer.temperature, cfg.trainer.top_p, cfg.trainer.top_k) == (0.6, 0.95, 20)
     assert cfg.trainer.max_new_tokens >= 8192 and cfg.eval.max_new_tokens == cfg.trainer.max_new_tokens
     assert cfg.eval.n_problems == 300 and cfg.model.dtype == "bfloat16" and cfg.model.gradient_checkpointing
 
 
-def test_the_paper_grid_on_real_models_composes_every_cell():
-    for reward, exchange in itertools.product(["competitive", "cooperative"], ["visible", "hidden"]):
-        cfg = compose_config(["experiment=paper_deepmath", f"reward={reward}", f"exchange={exchange}"])
-        validate(cfg)
-        assert (cfg.reward.name, cfg.exchange.mode, cfg.trainer.max_new_tokens) == (reward, exchange, 16384)
+# the paper's reward (2 c(b) + c(b)(1 - c(a)) + 0.5 format(b)) under each mode of the reward axis: cooperative is its
+# twin, the same correctness and format weights with the team term instead of the conversion bonus
+PAPER_REWARD = {
+    "competitive": dict(name="competitive", correct_weight=2.0, conversion_bonus=1.0, length_tiebreak=0.0,
+                        team_weight=0.0, format_weight=0.5),
+    "cooperative": dict(name="cooperative", correct_weight=2.0, conversion_bonus=0.0, length_tiebreak=0.0,
+                        team_weight=1.0, format_weight=0.5),
+}
+PAPER_PRESETS = ("paper_deepmath", "paper_codecontests")
+# where commands are written for users: the front page, the docs, and the comments of presets and sweeps
+DOCUMENTED = [CONF.parent / "README.md", *sorted((CONF.parent / "docs").glob("*.md")),
+              *sorted(CONF.glob("**/*.yaml")), *sorted(SWEEPS.glob("**/*.yaml"))]
+
+
+def _documented_paper_commands() -> list[tuple[str, list[str]]]:
+    """(where, overrides) of every ``agon.run`` command written in the docs, presets and sweeps that names a paper
+    preset on its command line (a sweep file run by name is checked through the file itself)."""
+    found = []
+    for path in DOCUMENTED:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            command = line.split("agon.run", 1)[1] if "agon.run" in line else ""
+            words = [w for w in command.split("#", 1)[0].replace("`", " ").split() if "=" in w]
+            if any(w.startswith("experiment=paper_") for w in words) and "--config-name" not in command:
+                found.append((f"{path.name}:{number}", words))
+    return found
+
+
+def _paper_cells() -> list[tuple[str, list[str], Callable[[list[str]], DictConfig]]]:
+    """(where, cell, compose) of every cell of every sweep file and documented command that names a paper preset."""
+    out = []
+    for where, words in _documented_paper_commands():
+        out += [(where, cell, compose_config) for cell in _cells(dict(w.split("=", 1) for w in words))]
+    for name in GRIDS:
+        cells, compose_cell = _grid(name)
+        out += [(f"sweeps/{name}.yaml", cell, compose_cell) for cell in cells
+                if "paper_" in str(compose_cell(cell).experiment)]
+    return out
+
+
+def test_the_paper_commands_are_found():
+    """The search below is not vacuous: the README's grid, the preset's own comment and the sweep files are in it."""
+    where = {w.split(":")[0] for w, _, _ in _paper_cells()}
+    assert {"README.md", "paper_deepmath.yaml", "sweeps/paper_deepmath_2x2.yaml", "sweeps/families_grid.yaml"} <= where
+
+
+def test_every_paper_cell_runs_the_papers_reward_under_its_own_mode_and_exchange():
+    """Each cell of every sweep and documented command on a paper preset: the full reward is the paper's weights
+    under the mode the cell names (cooperative: its twin), and the exchange is the cell's, else the preset's. A
+    preset that chose a reward option carrying weights (reward=paper) lost them to `reward=competitive`."""
+    for where, cell, compose_cell in _paper_cells():
+        cfg = compose_cell(cell)
+        chosen = dict(o.split("=", 1) for o in cell)
+        mode = chosen.get("reward", "competitive")
+        assert dict(cfg.reward) == PAPER_REWARD[mode], (where, cell)
+        assert cfg.exchange.mode == chosen.get("exchange", "visible"), (where, cell)
+
+
+AXES = ("reward", "exchange", "rotation", "init", "method", "model")
+
+
+def _preset_body(name: str) -> dict:
+    """The dotted keys an experiment preset sets itself, with those of the presets it extends (theirs first)."""
+    spec = _spec("experiment", name)
+    body: dict = {}
+    for entry in spec.get("defaults", []):
+        if isinstance(entry, str) and entry != "_self_":
+            body.update(_preset_body(entry))
+    body.update(_leaves({k: v for k, v in spec.items() if k not in ("defaults", "experiment")}))
+    return body
+
+
+@pytest.mark.parametrize("preset", _options("experiment"))
+def test_no_axis_option_drops_a_setting_of_a_preset(preset):
+    """Whatever option of an ablation axis the command line adds to a preset, every value the preset sets itself
+    holds: a preset says its recipe in its own keys, which merge after the axis options."""
+    body = _preset_body(preset)
+    for axis in AXES:
+        for option in _options(axis):
+            cfg = compose_config([f"experiment={preset}", f"{axis}={option}"])
+            for key, value in body.items():
+                assert OmegaConf.select(cfg, key) == value, (preset, f"{axis}={option}", key)
+
+
+def test_a_cells_full_reward_is_in_its_summary():
+    """The summary names the reward's mode and every weight, so a table can tell the paper's reward from the
+    offline default's."""
+    from agon.rewards import reward_summary
+
+    cfg = compose_config(["experiment=paper_deepmath", "reward=cooperative"])
+    assert reward_summary(cfg.reward) == PAPER_REWARD["cooperative"]
 
 
 def test_the_paper_codecontests_preset_runs_qwen3_1_7b_on_easy_problems():

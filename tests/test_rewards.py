@@ -58,8 +58,8 @@ def test_cooperative_by_hand():
                  team_weight=1.0, format_weight=5.0)
     r = compute_rewards(_outcome(), w)
     for i, (a, b, _) in enumerate(CASES):
-        # no conversion bonus, tiebreak or format term, whatever their weights say
-        assert r.challenger.total[i].item() == pytest.approx(b)
+        # no conversion bonus or tiebreak, whatever their weights say; the format term is paid as under competitive
+        assert r.challenger.total[i].item() == pytest.approx(b + 5.0)
         assert r.drafter.total[i].item() == pytest.approx(a + b)
 
 
@@ -97,7 +97,7 @@ def test_registry_lists_valid_names():
 
 NAN = float("nan")
 # weights in powers of two, so a total names the terms paid: competitive and cooperative share one set (cooperative
-# must ignore its conversion, tiebreak and format weights), the paper mode gets its own around the paper's 2 and 1
+# must ignore its conversion and tiebreak weights), the paper mode gets its own around the paper's 2 and 1
 WEIGHTS = {
     "competitive": dict(correct_weight=1.0, conversion_bonus=2.0, length_tiebreak=4.0, format_weight=8.0,
                         team_weight=16.0),
@@ -109,50 +109,50 @@ WEIGHTS = {
 # (draft right a, challenge right b, draft well-formed, challenge well-formed, challenge shorter) ->
 #   (competitive drafter, challenger, cooperative drafter, challenger, paper drafter, challenger) under WEIGHTS.
 # competitive: drafter 1a; challenger 1b + 2b(1-a) + 4ab[shorter] + 8 format(z)   (team 16 unused)
-# cooperative: drafter 1a + 16b; challenger 1b                                      (2, 4 and 8 unused)
+# cooperative: drafter 1a + 16b; challenger 1b + 8 format(z)                       (2 and 4 unused)
 # paper:       drafter 2a; challenger 2b + 1b(1-a) + 0.25ab[shorter] + 0.5 format(z) (team 4 unused)
 # The draft's own format never pays anyone.
 TABLE = {
     (0, 0, 0, 0, 0): (0, 0, 0, 0, 0, 0),
     (0, 0, 0, 0, 1): (0, 0, 0, 0, 0, 0),
-    (0, 0, 0, 1, 0): (0, 8, 0, 0, 0, 0.5),
-    (0, 0, 0, 1, 1): (0, 8, 0, 0, 0, 0.5),
+    (0, 0, 0, 1, 0): (0, 8, 0, 8, 0, 0.5),
+    (0, 0, 0, 1, 1): (0, 8, 0, 8, 0, 0.5),
     (0, 0, 1, 0, 0): (0, 0, 0, 0, 0, 0),
     (0, 0, 1, 0, 1): (0, 0, 0, 0, 0, 0),
-    (0, 0, 1, 1, 0): (0, 8, 0, 0, 0, 0.5),
-    (0, 0, 1, 1, 1): (0, 8, 0, 0, 0, 0.5),
+    (0, 0, 1, 1, 0): (0, 8, 0, 8, 0, 0.5),
+    (0, 0, 1, 1, 1): (0, 8, 0, 8, 0, 0.5),
     # a conversion: the challenger right after a wrong draft (no tiebreak: the draft was wrong)
     (0, 1, 0, 0, 0): (0, 3, 16, 1, 0, 3),
     (0, 1, 0, 0, 1): (0, 3, 16, 1, 0, 3),
-    (0, 1, 0, 1, 0): (0, 11, 16, 1, 0, 3.5),
-    (0, 1, 0, 1, 1): (0, 11, 16, 1, 0, 3.5),
+    (0, 1, 0, 1, 0): (0, 11, 16, 9, 0, 3.5),
+    (0, 1, 0, 1, 1): (0, 11, 16, 9, 0, 3.5),
     (0, 1, 1, 0, 0): (0, 3, 16, 1, 0, 3),
     (0, 1, 1, 0, 1): (0, 3, 16, 1, 0, 3),
-    (0, 1, 1, 1, 0): (0, 11, 16, 1, 0, 3.5),
-    (0, 1, 1, 1, 1): (0, 11, 16, 1, 0, 3.5),
+    (0, 1, 1, 1, 0): (0, 11, 16, 9, 0, 3.5),
+    (0, 1, 1, 1, 1): (0, 11, 16, 9, 0, 3.5),
     # a regression: the challenger wrong after a right draft
     (1, 0, 0, 0, 0): (1, 0, 1, 0, 2, 0),
     (1, 0, 0, 0, 1): (1, 0, 1, 0, 2, 0),
-    (1, 0, 0, 1, 0): (1, 8, 1, 0, 2, 0.5),
-    (1, 0, 0, 1, 1): (1, 8, 1, 0, 2, 0.5),
+    (1, 0, 0, 1, 0): (1, 8, 1, 8, 2, 0.5),
+    (1, 0, 0, 1, 1): (1, 8, 1, 8, 2, 0.5),
     (1, 0, 1, 0, 0): (1, 0, 1, 0, 2, 0),
     (1, 0, 1, 0, 1): (1, 0, 1, 0, 2, 0),
-    (1, 0, 1, 1, 0): (1, 8, 1, 0, 2, 0.5),
-    (1, 0, 1, 1, 1): (1, 8, 1, 0, 2, 0.5),
+    (1, 0, 1, 1, 0): (1, 8, 1, 8, 2, 0.5),
+    (1, 0, 1, 1, 1): (1, 8, 1, 8, 2, 0.5),
     # both right: the tiebreak pays a strictly shorter challenge
     (1, 1, 0, 0, 0): (1, 1, 17, 1, 2, 2),
     (1, 1, 0, 0, 1): (1, 5, 17, 1, 2, 2.25),
-    (1, 1, 0, 1, 0): (1, 9, 17, 1, 2, 2.5),
-    (1, 1, 0, 1, 1): (1, 13, 17, 1, 2, 2.75),
+    (1, 1, 0, 1, 0): (1, 9, 17, 9, 2, 2.5),
+    (1, 1, 0, 1, 1): (1, 13, 17, 9, 2, 2.75),
     (1, 1, 1, 0, 0): (1, 1, 17, 1, 2, 2),
     (1, 1, 1, 0, 1): (1, 5, 17, 1, 2, 2.25),
-    (1, 1, 1, 1, 0): (1, 9, 17, 1, 2, 2.5),
-    (1, 1, 1, 1, 1): (1, 13, 17, 1, 2, 2.75),
+    (1, 1, 1, 1, 0): (1, 9, 17, 9, 2, 2.5),
+    (1, 1, 1, 1, 1): (1, 13, 17, 9, 2, 2.75),
 }
 COLUMN = {"competitive": 0, "cooperative": 2, "paper": 4}
 # the components each role logs (docs/metrics.md)
 COMPONENTS = {"competitive": ({"correct"}, {"correct", "conversion", "tiebreak", "format"}),
-              "cooperative": ({"correct", "team"}, {"correct"}),
+              "cooperative": ({"correct", "team"}, {"correct", "format"}),
               "paper": ({"correct"}, {"correct", "conversion", "tiebreak", "format"})}
 
 
@@ -219,10 +219,11 @@ def test_each_shipped_reward_preset_pays_its_documented_form_over_the_truth_tabl
 # verifier failures: (a, b) -> (competitive drafter, challenger, cooperative drafter, challenger, paper drafter,
 # challenger) under WEIGHTS, both completions well-formed and the challenge shorter. A role's reward is NaN exactly
 # when a correctness its formula reads is NaN: the competitive challenger reads a (the conversion bonus, the
-# tiebreak) even when b = 0, the cooperative challenger reads only b, the cooperative drafter reads both.
+# tiebreak) even when b = 0, the cooperative challenger reads only b (and its own format), the cooperative drafter
+# reads both.
 NAN_TABLE = {
-    (NAN, 0): (NAN, NAN, NAN, 0, NAN, NAN),
-    (NAN, 1): (NAN, NAN, NAN, 1, NAN, NAN),
+    (NAN, 0): (NAN, NAN, NAN, 8, NAN, NAN),
+    (NAN, 1): (NAN, NAN, NAN, 9, NAN, NAN),
     (0, NAN): (0, NAN, NAN, NAN, 0, NAN),
     (1, NAN): (1, NAN, NAN, NAN, 2, NAN),
     (NAN, NAN): (NAN, NAN, NAN, NAN, NAN, NAN),
