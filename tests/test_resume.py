@@ -234,31 +234,45 @@ def test_trainer_resume_never_starts_afresh_leaving_no_summary_or_checkpoint_of_
     assert checkpoints(run_dir) == checkpoints(straight)
 
 
+def cell_dir(sweep: Path, override: str) -> Path:
+    """The one cell directory of ``sweep`` whose overrides (``.hydra/overrides.yaml``) include ``override``."""
+    found = [p.parents[1] for p in sweep.glob("*/.hydra/overrides.yaml") if override in p.read_text().split()]
+    assert len(found) == 1, (override, found)
+    return found[0]
+
+
 def test_an_interrupted_two_cell_sweep_launched_again_runs_only_the_second_cell(agon_cache, tmp_path):
     sweep = tmp_path / "sweep"
     # the cells differ in length so that only the second reaches step 2, where the sweep is killed
     command = ["-m", *FAST, "eval.at_start=false", "trainer.max_steps=1,2", f"hydra.sweep.dir={sweep}"]
     Launch(command, agon_cache, tmp_path / "killed.log", env=paused_at("step:2")).kill_at("step:2")
-    first = next(sweep.glob("0_*/summary.json"))
+    first = cell_dir(sweep, "trainer.max_steps=1") / run_files.SUMMARY
     done = first.read_bytes()
-    assert next(sweep.glob("1_*/summary.json"), None) is None and steps(next(sweep.glob("1_*"))) == [1, 2]
+    second = cell_dir(sweep, "trainer.max_steps=2")
+    assert not (second / run_files.SUMMARY).exists() and steps(second) == [1, 2]
     out = Launch(command, agon_cache, tmp_path / "again.log").finish()
-    assert out.count("[agon] skipped:") == 1 and "0_" in out.split("[agon] skipped:")[1].splitlines()[0]
+    assert out.count("[agon] skipped:") == 1 and str(first.parent) in out.split("[agon] skipped:")[1].splitlines()[0]
     assert first.read_bytes() == done  # the finished cell was not run again
-    assert steps(next(sweep.glob("1_*"))) == [1, 2]
+    assert steps(second) == [1, 2]
 
 
-def test_the_submitit_local_launcher_runs_a_two_cell_sweep(agon_cache, tmp_path):
+def test_a_sweep_launched_again_with_more_seeds_skips_its_finished_cells(agon_cache, tmp_path):
+    """A cell's folder is named by its overrides alone: a grid of two values at seed=0, launched again with
+    seed=0,1, finds its two finished cells where it left them (with Hydra's job number in the name, seed=0,1
+    renumbers them and trains them again) and ends with exactly four."""
     sweep = tmp_path / "sweep"
-    launch = Launch(["-m", "hydra/launcher=local", *FAST, "eval.at_start=false", "trainer.max_steps=1", "seed=0,1",
-                     f"hydra.sweep.dir={sweep}"], agon_cache, tmp_path / "out.log")
-    # the cells' own output is in submitit's logs, not the sweep's
-    launch.finish(logs=lambda: "".join(f"\n--- {p}\n{p.read_text(errors='replace')[-2000:]}"
-                                       for p in sorted(sweep.glob(".submitit/*/*.out"))))
-    summaries = sorted(sweep.glob("*/summary.json"))
-    assert [p.parent.name[:2] for p in summaries] == ["0_", "1_"]
-    assert {json.loads(p.read_text())["seed"] for p in summaries} == {0, 1}
-    assert list(sweep.glob(".submitit/*"))  # it really went through submitit
+    grid = ["-m", *FAST, "eval.at_start=false", "trainer.max_steps=1", "trainer.learning_rate=1e-4,2e-4",
+            f"hydra.sweep.dir={sweep}"]
+    Launch(grid + ["seed=0"], agon_cache, tmp_path / "first.log").finish()
+    finished = {p: p.read_bytes() for p in sweep.glob("*/summary.json")}
+    assert len(finished) == 2
+    out = Launch(grid + ["seed=0,1"], agon_cache, tmp_path / "again.log").finish()
+    assert out.count("[agon] skipped:") == 2, out[-3000:]
+    assert all(p.read_bytes() == done for p, done in finished.items())  # not trained again
+    cells = sorted(sweep.glob("*/summary.json"))
+    assert len(cells) == 4 and len(list(sweep.glob("*/.hydra"))) == 4
+    assert {(json.loads(p.read_text())["seed"], json.loads(p.read_text())["config"]["trainer"]["learning_rate"])
+            for p in cells} == {(s, lr) for s in (0, 1) for lr in (1e-4, 2e-4)}
 
 
 def test_a_finished_run_is_reused_an_extended_one_resumes_and_another_config_is_refused(small_cfg, tmp_path):
