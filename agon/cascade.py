@@ -34,16 +34,35 @@ Sizes: the evaluations before and after training score ``eval.n_problems`` x ``e
 can be drawn often without each point costing a full evaluation. Every logged point carries ``eval/n_problems``
 and ``eval/samples``, the size it was scored at.
 
+Resuming: an evaluation plays its problems in chunks of ``eval.chunk_problems`` (every pipeline on one chunk, then
+the next), each chunk sampled from its own seed (``chunk_seed``: the run's seed, the phase, the step, the chunk and
+the rank) and, with a ``PartStore``, committed to the run directory as it finishes (written to a temporary file,
+then renamed). A run killed during any evaluation and launched again plays only the chunks that were not committed,
+and since no chunk's samples depend on another's, its rows are line for line the uninterrupted run's. The store is
+keyed by the adapters' digest and the settings that shape the evaluation, so parts of another evaluation are never
+read. The evaluation runs under a forked RNG: training after it draws what it would have drawn without it, so an
+interim evaluation resumed from its parts leaves the rest of the run as it was.
+
 Progress: one bar over the completions this rank samples (total known before the first call), advanced as each
-of the engine's batches returns (a ``generate`` call of ``hf``; vLLM hands back a stage's completions at once), so a
-long evaluation shows an ETA instead of looking hung. Left out on purpose: the optional diagnostic
-(``agon.eval.diagnose``), which samples outside the bar.
+of the engine's batches returns (a ``generate`` call of ``hf``, a finished request of vLLM or of continuous
+batching), starting at the completions of committed chunks, so a long evaluation shows an ETA instead of looking
+hung. Left out on purpose: the optional diagnostic (``agon.eval.diagnose``), which samples outside the bar, and
+per-request seeds for vLLM, which samples from its engine's seed: a vLLM evaluation resumes without sampling again
+what was done, but its remaining chunks draw other samples than an uninterrupted run would.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
+import random
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import torch
 
 from agon.distributed import Ranks
 from agon.engines import Engine, Sampling
@@ -95,30 +114,127 @@ def progress_label(phase: str, step: int) -> str:
     return f"eval step {step}" if phase == "train" else f"eval {phase}"
 
 
+def chunk_seed(*parts: Any) -> int:
+    """A seed of 63 bits from ``parts`` (the run's seed, phase, step, chunk, rank): the same parts, the same seed, on
+    every machine and Python (not ``hash``, which is salted per process)."""
+    return int(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:15], 16)
+
+
+@contextlib.contextmanager
+def forked_rng() -> Iterator[None]:
+    """torch's (CPU and the current CUDA device's) and Python's RNG restored on leaving: what runs inside draws
+    nothing from the caller's streams."""
+    state = random.getstate()
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(state)
+
+
+class PartStore:
+    """The committed chunks of one evaluation, ``<directory>/<key>/chunk_<i>.pt`` (``key``: the adapters' digest and
+    the evaluation's settings). Rank 0 reads and writes; every rank gets what it read. The caller removes the
+    directory once no resume can need the parts (the trainer: at each checkpoint and at the end of the run), so a
+    run sent back to an earlier checkpoint finds the evaluations it replays already done."""
+
+    def __init__(self, directory: Path, key: str, ranks: Ranks = Ranks()):
+        self.dir, self.ranks = Path(directory) / key, ranks
+
+    def load(self, chunk: int) -> dict[str, Game] | None:
+        path = self.dir / f"chunk_{chunk}.pt"
+        games = torch.load(path, weights_only=False) if self.ranks.is_main and path.exists() else None
+        return self.ranks.share(games)
+
+    def save(self, chunk: int, games: dict[str, Game]) -> None:
+        if self.ranks.is_main:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.dir / f".chunk_{chunk}.tmp"
+            torch.save(games, tmp)
+            os.replace(tmp, self.dir / f"chunk_{chunk}.pt")
+        self.ranks.barrier()
+
+
+def store_key(digest: str, cfg: Any, phase: str, step: int, n: int, samples: int) -> str:
+    """Names one evaluation's parts: the adapters evaluated and everything that shapes what it samples."""
+    from omegaconf import OmegaConf
+
+    shaping = {k: OmegaConf.to_container(cfg[k], resolve=True)
+               for k in ("model", "task", "method", "exchange", "rotation", "eval", "generation")}
+    blob = json.dumps([digest, shaping, cfg.seed, phase, step, n, samples], sort_keys=True, default=str)
+    return f"{phase}-{step}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
+
+
+class _Counted:
+    """An engine whose ``sample`` calls are counted (the evaluation says how many it made)."""
+
+    def __init__(self, engine: Engine | None):
+        self.engine, self.calls = engine, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    def sample(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.engine.sample(*args, **kwargs)  # type: ignore[union-attr]
+
+
 def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Problem], step: int,
              phase: str, ranks: Ranks = Ranks(), engine: Engine | None = None, *, samples: int | None = None,
-             progress: bool = False) -> EvalResult:
+             progress: bool = False, store: PartStore | None = None,
+             on_chunk: Callable[[int], None] | None = None, log: Callable[[str], None] | None = None) -> EvalResult:
     """Play every pipeline of ``cfg.method`` on ``problems`` x ``samples`` (default ``eval.samples``; sampled by
-    ``engine``, default ``hf``); metrics and eval.jsonl rows. ``progress``: a bar over the completions on rank 0."""
+    ``engine``, default ``hf``), chunk by chunk (module docstring); metrics and eval.jsonl rows. ``store``: the
+    committed chunks, read instead of played and written as each is played; ``on_chunk(i)`` after chunk ``i`` is
+    committed; ``log``: one line saying how many chunks were played and how many engine calls that took.
+    ``progress``: a bar over the completions on rank 0."""
+    from agon.engines import HFEngine
     from tqdm.auto import tqdm
 
     e = cfg.eval
     samples = e.samples if samples is None else samples
     sampling = Sampling.from_config(e)
     evaluation = get_method(cfg.method.name).evaluation(cfg.rotation.mode)
-    rows = len(ranks.split(problems)) * samples  # this rank's share: the completions its bar counts, per stage
-    total = sum(rows * (1 if answerer is False else 2) for _, answerer in evaluation.plays)
-    games: dict[str, Game] = {}
+    # a multiple of the processes, so that every rank has a share of every chunk
+    size = -(-max(e.chunk_problems, ranks.world) // ranks.world) * ranks.world
+    chunks = [list(problems[i: i + size]) for i in range(0, len(problems), size)]
+    stages = sum(1 if answerer is False else 2 for _, answerer in evaluation.plays)
+    # this rank's share: the completions its bar counts
+    total = sum(len(ranks.split(chunk)) * samples * stages for chunk in chunks)
+    counted = _Counted(engine if engine is not None else HFEngine(policies))
+    parts: list[dict[str, Game]] = []
+    played = 0
     # an interim bar is cleared when done, so the training bar under it keeps its line
-    with tqdm(total=total, desc=progress_label(phase, step), unit="completion",
-              disable=not (progress and ranks.is_main), leave=phase != "train", dynamic_ncols=True) as bar:
-        for drafter, answerer in evaluation.plays:
-            order = order_name(drafter, answerer)
-            bar.set_postfix_str(order)
-            games[order] = play_split(ranks, policies, task, cfg.model, problems, drafter=drafter,
-                                      challenger=answerer, exchange=cfg.exchange.mode, group_size=samples,
-                                      sampling=sampling, engine=engine, on_sampled=bar.update,
-                                      span=cfg.exchange.span)[0]
+    with forked_rng(), tqdm(total=total, desc=progress_label(phase, step), unit="completion",
+                            disable=not (progress and ranks.is_main), leave=phase != "train",
+                            dynamic_ncols=True) as bar:
+        for i, chunk in enumerate(chunks):
+            games = store.load(i) if store is not None else None
+            if games is None:
+                torch.manual_seed(chunk_seed(cfg.seed, phase, step, i, ranks.rank))
+                random.seed(chunk_seed(cfg.seed, phase, step, i, ranks.rank, "python"))
+                games = {}
+                for drafter, answerer in evaluation.plays:
+                    order = order_name(drafter, answerer)
+                    bar.set_postfix_str(order)
+                    games[order] = play_split(ranks, policies, task, cfg.model, chunk, drafter=drafter,
+                                              challenger=answerer, exchange=cfg.exchange.mode, group_size=samples,
+                                              sampling=sampling, engine=counted, on_sampled=bar.update,
+                                              span=cfg.exchange.span)[0]
+                played += 1
+                if store is not None:
+                    store.save(i, games)
+            else:
+                bar.update(len(ranks.split(chunk)) * samples * stages)
+            parts.append(games)
+            if on_chunk is not None:
+                on_chunk(i)
+    if log is not None:
+        kept = f", {len(chunks) - played} kept from an interrupted run" if played < len(chunks) else ""
+        log(f"[eval] {progress_label(phase, step)}: {played} of {len(chunks)} chunks played in {counted.calls} "
+            f"engine calls{kept}")
+    games = {order: Game.concat([part[order] for part in parts]) for order in parts[0]} if parts else {}
     return summarise(games, evaluation.headline, step=step, phase=phase)
 
 

@@ -350,6 +350,8 @@ class EvalConfig:
     top_k: int = II("trainer.top_k")
     # most tokens in one generate call (rows x (prompt + max_new_tokens))
     generation_batch_tokens: int = II("trainer.generation_batch_tokens")
+    # problems per chunk: each is sampled from its own seed and committed as it finishes (a killed evaluation resumes)
+    chunk_problems: int = 64
     # evaluate before training (eval/accuracy_at_start)
     at_start: bool = True
     # at every evaluation also the cross-play matrix and the recap diagnostic (agon.eval.diagnose; one process)
@@ -382,6 +384,9 @@ class GenerationConfig:
     engine: str = "hf"
     # the engine used when `engine` is vllm and vLLM is not installed; null: fail before the model loads
     fallback: Optional[str] = None
+    # run an engine the config check finds far slower than the run was sized for (the fallback at a long budget,
+    # continuous batching on CUDA without flash attention, a family's missing kernels) instead of refusing it
+    allow_slow: bool = False
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 
@@ -651,6 +656,7 @@ def validate(cfg: DictConfig) -> None:
         ("eval.n_problems", e.n_problems),
         ("eval.samples", e.samples),
         ("eval.diagnostic_samples", e.diagnostic_samples),
+        ("eval.chunk_problems", e.chunk_problems),
         ("trainer.scoring_batch_tokens", t.scoring_batch_tokens),
         ("trainer.generation_batch_tokens", t.generation_batch_tokens),
         ("trainer.logit_chunk_tokens", t.logit_chunk_tokens),

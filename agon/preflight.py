@@ -3,7 +3,9 @@
 ``check_sources`` probes the hub once, with a short timeout, when the model or the dataset is named by a hub id.
 When the hub is unreachable the process goes offline (``HF_HUB_OFFLINE``), so loads read the local cache at once
 instead of retrying for a minute, and a model that is not cached fails with one error naming it and the override.
-``check_engine`` finds vLLM (here or in the worker's environment) when ``generation.engine=vllm`` asks for it.
+``check_engine`` finds vLLM (here or in the worker's environment) when ``generation.engine=vllm`` asks for it, and
+refuses an engine far slower than the run was sized for (a fallback at a long budget, continuous batching without
+flash attention, a family's missing kernels) unless ``generation.allow_slow`` accepts it.
 ``check_context`` renders the longest prompts of the task and fails when a prompt plus ``max_new_tokens`` would not
 fit the model's context, naming both lengths and the keys to change.
 
@@ -13,6 +15,7 @@ an error the task turns into one message naming the dataset and ``task.source``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import urllib.error
@@ -89,17 +92,70 @@ def check_sources(cfg: Any, log: Callable[[str], None] = print) -> None:
                 f"there is network (`hf download {ids['model']} --local-dir DIR`) and pass model.path=DIR.")
 
 
-def check_engine(cfg: Any) -> None:
-    """A ConfigError naming ``generation.engine`` and the install command when the engine asked for is missing and
-    no ``generation.fallback`` is set."""
-    if cfg.generation.engine != "vllm" or cfg.generation.fallback:
-        return
-    from agon.engines import EngineError, vllm_placement
+# a budget of new tokens at or above this is long: where an engine's cost per decoding step grows with the context
+# (transformers' generate and continuous batching on SDPA), a step at it takes hours
+LONG_BUDGET = 4096
+ALLOW_SLOW = "generation.allow_slow=true"
 
-    try:
-        vllm_placement(cfg)
-    except EngineError as exc:
-        raise ConfigError(f"{exc} Or set generation.fallback=hf_continuous to sample without it.") from None
+
+def _on_cuda(cfg: Any) -> bool:
+    device = str(cfg.model.device)
+    if device == "auto":
+        import torch
+
+        return torch.cuda.is_available()
+    return device.startswith("cuda")
+
+
+def _missing(modules: Any) -> list[str]:
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def check_engine(cfg: Any) -> None:
+    """A ConfigError, before anything loads, when the run would sample with an engine that is missing, or one far
+    slower than the setup it was sized for, unless ``generation.allow_slow`` accepts it:
+
+    - ``generation.engine=vllm`` with vLLM installed nowhere: without ``generation.fallback`` always; with one, when
+      the budget is long (``LONG_BUDGET`` new tokens or more), naming the install command and the opt-in;
+    - ``hf_continuous`` on CUDA where neither ``flash_attn`` nor ``kernels`` imports: transformers' continuous
+      batching then runs ``paged|sdpa`` with a dense mask over every scheduled request's keys;
+    - a model family whose layers need kernels of their own on CUDA (``Family.fast_kernels``) that are missing.
+    """
+    from agon.engines import EngineError, engine_name, vllm_placement
+    from agon.families import get_family
+
+    g, slow_ok = cfg.generation, cfg.generation.allow_slow
+    budget = max(cfg.trainer.max_new_tokens, cfg.eval.max_new_tokens)
+    if g.engine == "vllm":
+        try:
+            vllm_placement(cfg)
+        except EngineError as exc:
+            if not g.fallback:
+                raise ConfigError(f"{exc} Or sample without it: generation.fallback=hf_continuous (slower"
+                                  f"{', and at this budget also ' + ALLOW_SLOW if budget >= LONG_BUDGET else ''}).") \
+                    from None
+            if budget >= LONG_BUDGET and not slow_ok:
+                raise ConfigError(
+                    f"generation.engine=vllm: vLLM is not installed here nor at the worker's python, and at "
+                    f"{budget:,} new tokens its fallback (generation.fallback={g.fallback}) takes hours per step "
+                    f"where vLLM takes minutes. Install vLLM with `make vllm-install` (or `pip install vllm` on the "
+                    f"GPU machine), or accept the fallback with {ALLOW_SLOW}.") from None
+    if slow_ok or not _on_cuda(cfg):
+        return
+    if engine_name(cfg) == "hf_continuous" and len(_missing(("flash_attn", "kernels"))) == 2:
+        raise ConfigError(
+            "generation.engine=hf_continuous on CUDA needs flash attention (`pip install flash-attn` or "
+            "`pip install kernels`): without either, transformers' continuous batching runs paged|sdpa with a dense "
+            f"mask over every scheduled request's keys, about as slow as generation.engine=hf. Install one, or "
+            f"accept it with {ALLOW_SLOW}.")
+    family = get_family(cfg.model.family)  # validate named a registered one
+    missing = _missing(family.fast_kernels)
+    if missing:
+        pips = " ".join(family.fast_kernels[m] for m in missing)
+        raise ConfigError(
+            f"model.family={family.name} on CUDA needs the kernels of {pips} (its layers otherwise run transformers' "
+            f"PyTorch reference path, many times slower): `pip install {pips}` (or `pip install agon[gpu]`), or "
+            f"accept the reference path with {ALLOW_SLOW}.")
 
 
 def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, sample: int = 64) -> int:

@@ -114,14 +114,15 @@ def build_trainer(cfg: DictConfig, run_dir: Path, recorder: Any, ranks: Ranks = 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; returns the summary written to ``summary.json``."""
+    from agon.estimate import estimate
     from agon.methods import get_method
     from agon.preflight import check_engine, check_sources
     from agon.recorder import Recorder, build_logger
     from agon.trainer import pause_point
 
     validate(cfg)
+    check_engine(cfg)  # before the hub probe: it reads only what is installed here
     check_sources(cfg)
-    check_engine(cfg)
     t0 = time.time()
     method = get_method(cfg.method.name)
     resume = resume_mode(cfg.trainer.resume)
@@ -143,11 +144,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
               f"{cfg.init.mode}")
     try:
         trainer = build_trainer(cfg, run_dir, recorder, ranks, log=print if ranks.is_main else _quiet)
+        if ranks.is_main:  # whatever the engine: a run that will take weeks says so before its first step
+            print(estimate(cfg, trainer).line())
         if resume == "auto" and trainer.resume_latest():
             start = _start_metrics(run_dir)
         else:  # from step 0: whatever ran here before goes, its checkpoints first (killed between the two, a run
             # that had finished keeps its records and summary, and is still finished)
             trainer.discard_checkpoints()
+            if resume == "never":
+                trainer.discard_eval_parts()
             recorder.resume_from(-1)
             start = trainer.evaluate("start").metrics if cfg.eval.at_start else {}
         trains = method.trains and cfg.method.train
@@ -183,6 +188,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "git_commit": _git_commit(), "versions": _versions(), "config": to_plain(cfg),
         }
         recorder.write_summary(summary)
+        trainer.discard_eval_parts()
         pause_point("summary", trainer.state.step)
         if ranks.is_main:
             _report(summary)

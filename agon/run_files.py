@@ -33,6 +33,8 @@ SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
 ADAPTERS = "adapters"
 CHECKPOINTS = "checkpoints"
+# the committed chunks of an evaluation in progress (agon.cascade.PartStore), removed once it is logged
+EVAL_PARTS = "eval_parts"
 # the W&B run's id, so that a resumed run logs into the same W&B run
 WANDB_RUN_ID = "wandb_run_id"
 REEVAL = "reeval"

@@ -33,7 +33,8 @@ from typing import Any, Callable
 
 import torch
 
-from agon.cascade import EvalResult, eval_size, evaluate
+from agon import run_files
+from agon.cascade import EvalResult, PartStore, eval_size, evaluate, store_key
 from agon.distributed import Ranks
 from agon.engines import Engine, Sampling, build_engine
 from agon.grpo import is_extreme, masked_mean, merge_stats, policy_loss, sampler_correction, sampler_mismatch
@@ -56,8 +57,9 @@ PAUSED = "[agon] test pause at"
 def pause_point(point: str, step: int) -> None:
     """A place where a test may kill the run (``PAUSE_AT``); one environment lookup otherwise. The points:
     ``step`` (the step's metrics row written, its rollouts not), ``checkpoint`` (half-way through a checkpoint write:
-    the adapters written, the optimizer state not), ``eval`` (an evaluation's eval rows written, its metrics row not)
-    and ``summary`` (summary.json written, the run not yet closed)."""
+    the adapters written, the optimizer state not), ``eval_chunk_<i>`` (an evaluation's chunk i committed, the next
+    not begun), ``eval`` (an evaluation's eval rows written, its metrics row not) and ``summary`` (summary.json
+    written, the run not yet closed)."""
     if os.environ.get(PAUSE_AT) == f"{point}:{step}":
         print(f"{PAUSED} {point}:{step}", file=sys.stderr, flush=True)
         time.sleep(3600)
@@ -328,8 +330,14 @@ class Trainer:
         n, samples = eval_size(self.cfg.eval, phase)
         problems = self.heldout[:n]
         progress = self.cfg.progress if progress is None else progress
-        result = evaluate(self.policies, self.task, self.cfg, problems, self.state.step, phase, self.ranks,
-                          self.engine, samples=samples, progress=progress)
+        step = self.state.step
+        # its chunks committed as they finish, kept until the next checkpoint: a run killed during it, or sent back
+        # to the checkpoint before it, plays only what was not done
+        store = PartStore(self.run_dir / run_files.EVAL_PARTS,
+                          store_key(self.policies.digest(), self.cfg, phase, step, len(problems), samples), self.ranks)
+        result = evaluate(self.policies, self.task, self.cfg, problems, step, phase, self.ranks, self.engine,
+                          samples=samples, progress=progress, store=store, log=self.log,
+                          on_chunk=lambda i: pause_point(f"eval_chunk_{i}", step))
         self.recorder.log_eval_rows(result.rows)
         pause_point("eval", self.state.step)
         if self.cfg.eval.diagnostic:
@@ -429,6 +437,7 @@ class Trainer:
             for old in older[: max(len(older) - self.t.keep_checkpoints + 1, 0)]:
                 shutil.rmtree(old, ignore_errors=True)
         self.ranks.barrier()  # nobody reads a checkpoint before it is committed
+        self.discard_eval_parts()  # every evaluation so far lies before it: none is replayed
         self._last_checkpoint = time.time()
         return final
 
@@ -443,6 +452,13 @@ class Trainer:
         ``trainer.resume=auto`` would otherwise resume after a kill, and whose steps the pruning would count)."""
         if self.ranks.is_main:
             shutil.rmtree(self.run_dir / "checkpoints", ignore_errors=True)
+        self.ranks.barrier()
+
+    def discard_eval_parts(self) -> None:
+        """Remove the committed chunks of every evaluation (``cascade.PartStore``): once a checkpoint is committed
+        after them or the run has ended no resume replays them, and ``trainer.resume=never`` wants none."""
+        if self.ranks.is_main:
+            shutil.rmtree(self.run_dir / run_files.EVAL_PARTS, ignore_errors=True)
         self.ranks.barrier()
 
     def resume_latest(self) -> bool:

@@ -177,6 +177,8 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     # -- generation
     "generation.engine": (_FALLBACK, _VLLM_START),
     "generation.fallback": (_FALLBACK,),
+    "generation.allow_slow": ("tests/test_preflight.py::test_the_fallback_is_refused_from_a_long_budget_on",
+                              "tests/test_preflight.py::test_continuous_batching_on_cuda_asks_for_flash_attention"),
     "generation.vllm.placement": (
         _VLLM_START,
         f"{SETTINGS}::test_vllm_placement_inprocess_is_refused_where_vllm_does_not_import_even_with_a_worker_at_hand"),
@@ -291,6 +293,9 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "eval.interim_samples": (_INTERIM, _EVAL_SIZE),
     "eval.generation_batch_tokens": (_BUDGETS,),
     "eval.at_start": (_SCHEDULE,),
+    "eval.chunk_problems": (
+        "tests/test_resume.py::"
+        "test_a_run_killed_during_an_evaluation_plays_only_the_chunks_not_done_and_ends_as_the_uninterrupted_run",),
     "eval.diagnostic": ("tests/test_eval.py::test_a_run_logs_the_diagnostic_at_every_evaluation",),
     "eval.diagnostic_samples": (f"{TRAINER_KEYS}::test_the_diagnostic_plays_eval_diagnostic_samples_per_problem",),
     "trainer.warn_importance_ratio": (

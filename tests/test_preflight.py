@@ -28,9 +28,9 @@ def test_only_names_that_are_not_local_come_from_the_hub(tmp_path):
 def test_the_paper_preset_without_hub_or_local_copy_fails_naming_the_model_and_the_override(tmp_path):
     from agon.run import run
 
-    cfg = compose_config(["experiment=paper_deepmath", "logger=none", f"+output_dir={tmp_path}"]) \
-        if "output_dir" not in compose_config() else compose_config(
-            ["experiment=paper_deepmath", "logger=none", f"output_dir={tmp_path}"])
+    # the slow engine accepted: the check under test is the model's
+    cfg = compose_config(["experiment=paper_deepmath", "logger=none", f"output_dir={tmp_path}",
+                          "generation.allow_slow=true"])
     with pytest.raises(ModelLoadError, match=r"Qwen/Qwen3-0\.6B.*model\.path=DIR"):
         run(cfg)
 
@@ -104,3 +104,114 @@ def test_a_context_error_suggests_only_keys_the_task_has():
     with pytest.raises(ConfigError) as err:
         check_context(cfg, build_task(cfg.task), build_tokenizer(), context=256)
     assert "task.instruction" in str(err.value) and "task.dataset_args" not in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# no silent slow engine
+
+NO_VLLM = {"AGON_VLLM_PYTHON": "/nonexistent/python"}
+
+
+def _agon_run(args: list[str], cache, env: dict[str, str] = {}) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    return subprocess.run([sys.executable, "-m", "agon.run", *args], cwd=Path(__file__).parents[1], text=True,
+                          capture_output=True, timeout=600,
+                          env={**os.environ, "AGON_CACHE": str(cache), "WANDB_MODE": "disabled", **env})
+
+
+def test_the_paper_preset_without_vllm_fails_in_one_line_naming_the_engine_the_install_and_the_opt_in(tmp_path):
+    """No vLLM here nor at the worker's python: the 16k preset stops at the config check, before the hub probe and
+    any model, with one line; it does not fall back silently to an engine that would take weeks."""
+    import importlib.util
+
+    assert importlib.util.find_spec("vllm") is None  # the premise: agon's own environment has no vLLM
+    done = _agon_run(["experiment=paper_deepmath", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
+                     NO_VLLM)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: generation.engine=vllm"), done.stderr
+    assert "make vllm-install" in lines[0] and "generation.allow_slow=true" in lines[0]
+    assert "hub" not in done.stdout and not (tmp_path / "models").exists()  # nothing probed, nothing built
+
+
+def test_with_the_opt_in_the_paper_preset_runs_on_its_fallback_and_says_how_long_it_will_take(tmp_path, agon_cache):
+    """The same preset on the test world at a small budget, the slow engine accepted: it samples with
+    transformers' continuous batching and prints the estimate before its first step."""
+    from tests.conftest import TEST_WORLD
+
+    done = _agon_run(["experiment=paper_deepmath", "model=tiny", "task=arithmetic", *TEST_WORLD,
+                      "model.dtype=float32", "model.gradient_checkpointing=false", "trainer.max_new_tokens=24",
+                      "eval.n_problems=2", "eval.samples=2", "trainer.max_steps=1", "trainer.prompts_per_step=2",
+                      "trainer.num_generations=2", "eval.every=0", "generation.allow_slow=true", "logger=none",
+                      "progress=false", f"hydra.run.dir={tmp_path / 'run'}"], agon_cache, NO_VLLM)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "sampling with generation.fallback=hf_continuous instead" in out
+    estimate = next(line for line in out.splitlines() if line.startswith("[estimate]"))
+    assert estimate.startswith("[estimate] engine hf_continuous:") and "per training step" in estimate
+    assert out.index("[estimate]") < out.index("[eval] eval start")  # before the first sample of the run
+
+
+@pytest.mark.parametrize("budget,refused", [(4096, True), (4095, False)])
+def test_the_fallback_is_refused_from_a_long_budget_on(budget, refused, monkeypatch):
+    from agon.preflight import check_engine
+
+    monkeypatch.setenv("AGON_VLLM_PYTHON", "/nonexistent/python")
+    cfg = compose_config(["generation.engine=vllm", "generation.fallback=hf_continuous",
+                          f"trainer.max_new_tokens={budget}", "model.tiny.max_position=8192"])
+    if refused:
+        with pytest.raises(ConfigError, match="generation.engine=vllm.*generation.allow_slow=true"):
+            check_engine(cfg)
+        cfg = compose_config(["generation.engine=vllm", "generation.fallback=hf_continuous",
+                              f"trainer.max_new_tokens={budget}", "generation.allow_slow=true"])
+    check_engine(cfg)
+
+
+def _importable(monkeypatch, present: set[str]) -> None:
+    """Which of the optional kernel packages import, as the check sees them (the machine here has none of them,
+    and a GPU machine may have any)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    optional = {"flash_attn", "kernels", "fla", "causal_conv1d"}
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (real("json") if name in present else None) if name in optional
+                        else real(name, *a))
+
+
+@pytest.mark.parametrize("present,refused", [(set(), True), ({"flash_attn"}, False), ({"kernels"}, False)])
+def test_continuous_batching_on_cuda_asks_for_flash_attention(present, refused, monkeypatch):
+    from agon.preflight import check_engine
+
+    _importable(monkeypatch, present)
+    cfg = compose_config(["generation.engine=hf_continuous", "model.device=cuda"])
+    if refused:
+        with pytest.raises(ConfigError, match="hf_continuous on CUDA needs flash attention.*allow_slow=true"):
+            check_engine(cfg)
+        check_engine(compose_config(["generation.engine=hf_continuous", "model.device=cuda",
+                                     "generation.allow_slow=true"]))
+    else:
+        check_engine(cfg)
+    check_engine(compose_config(["generation.engine=hf_continuous", "model.device=cpu"]))  # a CPU has no flash path
+
+
+@pytest.mark.parametrize("present,refused", [(set(), True), ({"fla"}, True), ({"fla", "causal_conv1d"}, False)])
+def test_a_family_without_its_kernels_on_cuda_is_refused_unless_accepted(present, refused, monkeypatch):
+    """Qwen3.5's gated-delta and causal-conv1d layers: without their kernels, transformers' reference path."""
+    from agon.families import get_family, known_families
+    from agon.preflight import check_engine
+
+    _importable(monkeypatch, present)
+    cfg = compose_config(["model=qwen3_5_0.8b", "model.device=cuda"])
+    if refused:
+        with pytest.raises(ConfigError, match="model.family=qwen3_5 on CUDA needs the kernels of .*causal-conv1d"):
+            check_engine(cfg)
+        check_engine(compose_config(["model=qwen3_5_0.8b", "model.device=cuda", "generation.allow_slow=true"]))
+    else:
+        check_engine(cfg)
+    # every family that declares kernels is checked the same way; the others need none
+    assert {name for name in known_families() if get_family(name).fast_kernels} == {"qwen3_5"}

@@ -80,6 +80,9 @@ class Family:
     # every layer full attention over one cache of keys and values, so a prefix of key/value states is all a later
     # token reads of earlier ones (exchange=latent, agon.latent); None: yes, else why not
     latent_exchange_refused: ClassVar[str | None] = None
+    # packages whose kernels this family's layers need on a GPU, else transformers runs a slow PyTorch reference
+    # path; the config check refuses a CUDA run without them unless generation.allow_slow (agon.preflight)
+    fast_kernels: ClassVar[dict[str, str]] = {}
     # extra keyword arguments of vLLM's ``LLM`` for this family (plain values: they travel to the worker)
     vllm_engine_args: ClassVar[dict[str, Any]] = {}
     # what ``model_shape`` builds offline; None: the family has no offline shape

@@ -68,6 +68,9 @@ class Qwen3_5(Qwen3):
                             "model.language_model.*), and its CPU build needs torchvision; not wired yet",
                     "hf_continuous": "transformers' continuous batching has no paged cache for the linear-attention "
                                      "layers ('Invalid layer type: linear_attention'); use hf"}
+    # import name -> pip name: the gated-delta and causal-conv1d layers' kernels (a CPU smoke of Qwen3.5-0.8B spent 1,212 s
+    # of a 1,571 s step generating on the reference path); `pip install agon[gpu]` brings them
+    fast_kernels = {"fla": "flash-linear-attention", "causal_conv1d": "causal-conv1d"}
     shape = SHAPE
 
     def shape_config(self, size: str, **overrides: Any) -> Any:
