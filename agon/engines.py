@@ -39,6 +39,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from agon.distributed import Ranks
 from agon.latent import Prefixes
 from agon.policies import Completion, Policies, model_source
 from agon.registry import Registry
+from agon.vllm_worker import CPU_ENV
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
 # the worker environment `make vllm-install` builds, beside the repository's conf/
@@ -228,8 +230,11 @@ class HFContinuousEngine(Engine):
 
 
 def worker_python(vllm_cfg: Any) -> str:
-    """The worker's interpreter: ``generation.vllm.python``, else ``$AGON_VLLM_PYTHON``, else ``.venv-vllm``."""
-    return str(vllm_cfg.python or os.environ.get("AGON_VLLM_PYTHON") or DEFAULT_WORKER_PYTHON)
+    """The worker's interpreter: ``generation.vllm.python``, else ``$AGON_VLLM_PYTHON``, else this interpreter when
+    vLLM imports here (a GPU machine where agon and vLLM share an environment), else ``.venv-vllm``."""
+    if vllm_cfg.python or os.environ.get("AGON_VLLM_PYTHON"):
+        return str(vllm_cfg.python or os.environ["AGON_VLLM_PYTHON"])
+    return sys.executable if importlib.util.find_spec("vllm") is not None else str(DEFAULT_WORKER_PYTHON)
 
 
 @functools.lru_cache(maxsize=None)
@@ -242,10 +247,16 @@ def _has_vllm(python: str) -> bool:
 
 def vllm_placement(cfg: Any) -> str:
     """``inprocess`` or ``worker``, as ``generation.vllm.placement`` asks and what is installed allows; an
-    ``EngineError`` naming the key and the install command when vLLM is nowhere (checked before any model loads)."""
+    ``EngineError`` naming the key and the install command when vLLM is nowhere (checked before any model loads).
+
+    ``auto`` is the worker, also where vLLM imports here (then the worker runs this interpreter): a process of its
+    own returns every byte of the engine's memory when it exits, so the next cell of a sweep in the same process
+    starts with what the first had, and vLLM's teardown never reaches agon's process group. In this process, vLLM
+    without its own engine-core process (as a multi-process launch needs) does not free its GPU memory when deleted
+    (vllm-project/vllm#21073), and its ``destroy_distributed_environment`` ends whatever process group exists."""
     v = cfg.generation.vllm
     here = importlib.util.find_spec("vllm") is not None
-    if v.placement in ("auto", "inprocess") and here:
+    if v.placement == "inprocess" and here:
         return "inprocess"
     python = worker_python(v)
     if v.placement in ("auto", "worker") and _has_vllm(python):
@@ -282,14 +293,18 @@ def worker_env(inherited: Mapping[str, str], defaults: Mapping[str, str], forced
 
 class _InProcess:
     def __init__(self, env: dict[str, str], kwargs: dict[str, Any]):
+        import torch.distributed as dist
+
         from agon.vllm_worker import VLLMServer
 
         for key, value in env.items():
             os.environ.setdefault(key, value)
+        # a group agon started (several processes) is agon's to end, not vLLM's
+        self.own_group = not dist.is_initialized()
         self.server = VLLMServer(**kwargs)
 
-    def call(self, method: str, **kwargs: Any) -> Any:
-        return getattr(self.server, method)(**kwargs)
+    def call(self, method: str, on_progress: Callable[[int], object] | None = None, **kwargs: Any) -> Any:
+        return getattr(self.server, method)(**kwargs, **({"progress": on_progress} if on_progress else {}))
 
     def close(self) -> None:
         """Free vLLM's memory so that a sweep's next cell can start its own engine in this process."""
@@ -302,7 +317,8 @@ class _InProcess:
             from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
 
             destroy_model_parallel()
-            destroy_distributed_environment()
+            if self.own_group:  # it destroys torch's default group, whoever started it
+                destroy_distributed_environment()
         except (ImportError, AssertionError, RuntimeError):
             pass
         gc.collect()
@@ -333,19 +349,25 @@ class _Worker:
             self.close()
             raise
 
-    def call(self, method: str, timeout_s: float | None = None, **kwargs: Any) -> Any:
+    def call(self, method: str, timeout_s: float | None = None, on_progress: Callable[[int], object] | None = None,
+             **kwargs: Any) -> Any:
+        """The worker's answer to ``method(**kwargs)``; ``on_progress(n)`` as it reports finished requests."""
         try:
-            self.conn.send((method, kwargs))
+            self.conn.send((method, {**kwargs, **({"stream_progress": True} if on_progress else {})}))
             deadline = None if timeout_s is None else time.time() + timeout_s
-            while not self.conn.poll(1.0):
-                if self.proc.poll() is not None:
-                    raise EngineError(f"the vLLM worker exited with code {self.proc.returncode} during {method}; "
-                                      f"the end of its log ({self.log_path}):\n{self._tail()}")
-                if deadline is not None and time.time() > deadline:
-                    self.close()
-                    raise EngineError(f"the vLLM worker did not answer {method} within {timeout_s:.0f} s "
-                                      f"(generation.vllm.start_timeout_s); the end of its log:\n{self._tail()}")
-            status, result = self.conn.recv()
+            while True:
+                while not self.conn.poll(1.0):
+                    if self.proc.poll() is not None:
+                        raise EngineError(f"the vLLM worker exited with code {self.proc.returncode} during "
+                                          f"{method}; the end of its log ({self.log_path}):\n{self._tail()}")
+                    if deadline is not None and time.time() > deadline:
+                        self.close()
+                        raise EngineError(f"the vLLM worker did not answer {method} within {timeout_s:.0f} s "
+                                          f"(generation.vllm.start_timeout_s); the end of its log:\n{self._tail()}")
+                status, result = self.conn.recv()
+                if status != "progress":
+                    break
+                on_progress(result)  # type: ignore[misc]
         except (EOFError, OSError) as exc:
             raise EngineError(f"lost the vLLM worker during {method} ({exc}); its log:\n{self._tail()}") from None
         if status == "error":
@@ -390,7 +412,9 @@ class VLLMEngine(Engine):
                       # prompts in and completions out are token ids: vLLM never needs the tokenizer
                       skip_tokenizer_init=True, external_launcher=placement == "inprocess" and ranks.world > 1,
                       **policies.family.vllm_engine_args)
-        env = {"VLLM_CPU_KVCACHE_SPACE": str(v.cpu_kv_cache_gib)} if device.type == "cpu" else {}
+        # vLLM's CPU build wants its engine in the calling process and no core pinning; on a GPU vLLM runs in its
+        # supported mode (its engine core a process of its own), nothing forced
+        env = {**CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": str(v.cpu_kv_cache_gib)} if device.type == "cpu" else {}
         forced = {}
         if device.type == "cuda" and placement == "worker":  # the worker sees this rank's GPU only
             forced["CUDA_VISIBLE_DEVICES"] = worker_gpu(device.index, os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -440,12 +464,13 @@ class VLLMEngine(Engine):
         results = self.backend.call(
             "generate", prompt_ids=[ids[i] for i in send], max_tokens=[room[i] for i in send], lora_id=lora_id,
             temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-            stop_token_ids=sorted(self.policies.end_ids), ignore_eos=sampling.ignore_eos)
+            stop_token_ids=sorted(self.policies.end_ids), ignore_eos=sampling.ignore_eos,
+            on_progress=on_sampled)  # each finished request, as vLLM finishes it
         for i, (tokens, logps) in zip(send, results):
             c = self.policies.completion(prompts[i], tokens, sampling.ignore_eos, logps)
             out[i] = dataclasses.replace(c, context_limited=room[i] < sampling.max_new_tokens)
-        if on_sampled is not None:
-            on_sampled(len(prompts))
+        if on_sampled is not None and len(send) < len(prompts):
+            on_sampled(len(prompts) - len(send))  # the prompts that left no room: done, unsampled
         return out
 
     def close(self) -> None:

@@ -133,6 +133,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
               f"again)")
         return done
     ranks = Ranks.from_env(cfg.model.device, cfg.trainer.ddp_timeout)
+    # what the cell starts with, before anything loads: a sweep's next cell must find what the first did
+    memory_at_start, children_at_start = memory_in_use(ranks.device)
     run_dir = Path(ranks.share(str(out_dir)))
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
@@ -175,6 +177,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             # one per process: equal, or adapter_digests would have stopped the run
             "train/adapter_sha256": trainer.adapter_digests(),
             "train/processes": ranks.world,
+            "memory/at_start_gib": memory_at_start, "memory/child_processes_at_start": children_at_start,
             "time/train_s": trainer.state.train_seconds,
             "time/total_s": time.time() - t0,
             "method": cfg.method.name, "reward": cfg.reward.name, "reward_weights": reward_summary(cfg.reward),
@@ -199,9 +202,28 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if trainer is not None:
             trainer.engine.close()
             trainer.task.close()
+            if ranks.world > 1 and not torch.distributed.is_initialized() and exit_code == 0:
+                # the sweep's next cell would start a group of its own, or hang waiting for one
+                raise RuntimeError("closing the sampling engine ended the process group of this launch")
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def memory_in_use(device: torch.device | None) -> tuple[float, int]:
+    """(GiB, child processes) in use as a cell starts: on a GPU, the device's memory in use by every process (what
+    an engine starting now could not take); on a CPU, the resident memory of this process and its children."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    if device is not None and device.type == "cuda" or device is None and torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info(device)
+        return (total - free) / 2**30, len(children)
+    rss = 0
+    for p in [psutil.Process(), *children]:
+        with contextlib.suppress(psutil.Error):
+            rss += p.memory_info().rss
+    return rss / 2**30, len(children)
 
 
 def model_label(model: Any) -> str:

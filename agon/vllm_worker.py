@@ -4,7 +4,8 @@ This file imports only the standard library at the top and vLLM inside ``VLLMSer
 environment that has vLLM and nothing of agon's (``make vllm-install`` builds ``.venv-vllm``: on CPU, vLLM's CPU
 build pins an older transformers than agon's). As a worker it is started as ``python vllm_worker.py --fd N``, where
 N is one end of a socket pair; requests and replies are pickled plain values (lists, ints, floats, strings), so the
-two sides need not share a single package. The worker dies with its parent (``PR_SET_PDEATHSIG``).
+two sides need not share a single package. A request may ask for progress: ``("progress", n)`` messages, one per
+finished request, come before its reply. The worker dies with its parent (``PR_SET_PDEATHSIG``).
 
 Left out on purpose: an HTTP server (TRL's ``trl vllm-serve``). A worker per trainer process keeps the weights
 where the trainer publishes them and needs no ports; tensor parallelism inside one worker is vLLM's own setting.
@@ -12,15 +13,16 @@ where the trainer publishes them and needs no ports; tensor parallelism inside o
 
 from __future__ import annotations
 
-import os
+import functools
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
-# vLLM's settings for a CPU run, kept when the environment already sets them: the engine in this process (its LoRA
-# calls then return after loading), a KV cache of a size the caller chose, no automatic core pinning (it made one
-# batch swing from 0.8 s to 31 s on 2 cores)
+# vLLM's settings for a CPU run (the caller passes them only there; kept when the environment already sets them):
+# the engine in this process (its LoRA calls then return after loading), no automatic core pinning (it made one
+# batch swing from 0.8 s to 31 s on 2 cores). On a GPU nothing is forced: vLLM runs its engine core in a process of
+# its own, its supported mode, which returns the GPU's memory when the engine shuts down
 CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
@@ -31,8 +33,6 @@ class VLLMServer:
     def __init__(self, model: str, dtype: str, max_lora_rank: int, max_loras: int, max_model_len: int, seed: int,
                  enforce_eager: bool, gpu_memory_utilization: float, max_num_seqs: int,
                  external_launcher: bool = False, **engine_args: Any):
-        for key, value in CPU_ENV.items():
-            os.environ.setdefault(key, value)
         import torch
         from vllm import LLM
 
@@ -71,10 +71,11 @@ class VLLMServer:
         return sorted(self.llm.llm_engine.list_loras())
 
     def generate(self, prompt_ids: list[list[int]], max_tokens: list[int], lora_id: int | None, temperature: float,
-                 top_p: float, top_k: int, stop_token_ids: list[int], ignore_eos: bool
-                 ) -> list[tuple[list[int], list[float]]]:
+                 top_p: float, top_k: int, stop_token_ids: list[int], ignore_eos: bool,
+                 progress: Callable[[int], object] | None = None) -> list[tuple[list[int], list[float]]]:
         """(token ids, their log-probs after temperature) per prompt. Every request of one call uses one adapter
-        (``None``: the base): vLLM gives an adapter-less request batched beside LoRA requests the last adapter."""
+        (``None``: the base): vLLM gives an adapter-less request batched beside LoRA requests the last adapter.
+        ``progress(n)``: told as each request finishes (through vLLM's own progress bar hook, drawn nowhere)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -83,12 +84,26 @@ class VLLMServer:
                                  detokenize=False, skip_special_tokens=False) for n in max_tokens]
         lora = None if lora_id is None else self.adapters[lora_id]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], params,
-                                    lora_request=lora, use_tqdm=False)
+                                    lora_request=lora, use_tqdm=_reporting_bar(progress) if progress else False)
         out = []
         for request in outputs:
             c = request.outputs[0]
             out.append((list(c.token_ids), [step[t].logprob for t, step in zip(c.token_ids, c.logprobs)]))
         return out
+
+
+def _reporting_bar(report: Callable[[int], object]) -> Callable[..., Any]:
+    """A progress-bar factory for vLLM's ``use_tqdm`` whose bar draws into a buffer and passes each update on."""
+    import io
+
+    from tqdm import tqdm
+
+    class Reporting(tqdm):
+        def update(self, n: float | None = 1) -> bool | None:
+            report(int(n or 0))
+            return super().update(n)
+
+    return functools.partial(Reporting, file=io.StringIO(), mininterval=3600)
 
 
 def serve(fd: int) -> None:
@@ -112,6 +127,8 @@ def serve(fd: int) -> None:
                 conn.send(("ok", None))
                 return
             else:
+                if kwargs.pop("stream_progress", False):  # ("progress", n) messages before the reply
+                    kwargs["progress"] = lambda n: conn.send(("progress", n))
                 result = getattr(server, method)(**kwargs)
             conn.send(("ok", result))
         except Exception:  # the caller raises it with the worker's traceback

@@ -436,6 +436,19 @@ def served(agon_cache):
 
 
 @pytest.mark.vllm(seconds=300)
+def test_vllm_reports_each_finished_completion_as_it_finishes(served, bounded):
+    """The worker streams one progress message per finished request before its reply, so an evaluation's bar moves
+    per completion, not once per engine call; the completions are those of a call without progress."""
+    cfg, policies, engine = served
+    prompts = _prompts(cfg, policies, 12)
+    greedy = Sampling(max_new_tokens=24, temperature=0)
+    told: list[int] = []
+    streamed = engine.sample(prompts, "A", greedy, on_sampled=told.append)
+    assert told == [1] * len(prompts)
+    assert [c.token_ids for c in streamed] == [c.token_ids for c in engine.sample(prompts, "A", greedy)]
+
+
+@pytest.mark.vllm(seconds=300)
 def test_greedy_vllm_completions_equal_hf_for_each_adapter_and_the_base(served, bounded):
     """Token for token, in the order A, B, base: the base's call comes after LoRA calls (vLLM once gave adapter-less
     requests beside LoRA ones the last adapter), and each slot really is its own adapter."""
@@ -614,3 +627,51 @@ def test_a_worker_that_dies_is_an_engine_error_with_its_log_not_a_hang(tiny_base
     finally:
         engine.close()
     assert not workdir.exists()  # the published adapters are cleaned up
+
+
+# -- a sweep of vLLM cells in one process ----------------------------------------------------------------------------
+
+# two cells of a few steps with vLLM, as `python -m agon.run -m` runs them one after the other in one process
+SWEEP_CELLS = TEST_WORLD + SMALL_RUN + VLLM + ["logger=none", "progress=false", "trainer.max_steps=1", "seed=0,1",
+                                               "eval.at_start=false"]
+
+
+def _cells(sweep) -> list[dict]:
+    summaries = sorted(sweep.glob("*/summary.json"))
+    assert len(summaries) == 2, list(sweep.iterdir())
+    return [run_files.read_json(p) for p in summaries]
+
+
+@pytest.mark.vllm(seconds=900)
+def test_a_two_cell_vllm_sweep_in_one_process_starts_its_second_cell_with_the_memory_of_the_first(
+        agon_cache, tmp_path, bounded):
+    """The engine is a process of its own (placement auto): gone when the cell closes it, so the second cell
+    starts with no child process and the resident memory the first started with, not the first's vLLM as well
+    (vLLM's KV cache alone is generation.vllm.cpu_kv_cache_gib, 1 GiB, here)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sweep = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, "-m", "agon.run", "-m", *SWEEP_CELLS, f"hydra.sweep.dir={sweep}"],
+                          cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=880,
+                          env={**os.environ, "AGON_CACHE": str(agon_cache), "WANDB_MODE": "disabled"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("[engine] vLLM worker ready") == 2  # the premise: each cell started its engine
+    first, second = sorted(_cells(sweep), key=lambda s: s["seed"])
+    assert first["memory/child_processes_at_start"] == second["memory/child_processes_at_start"] == 0
+    assert abs(second["memory/at_start_gib"] - first["memory/at_start_gib"]) < 0.5, (first, second)
+
+
+@pytest.mark.vllm(seconds=1200)
+def test_a_two_process_vllm_sweep_of_two_cells_keeps_its_process_group_through_both(agon_cache, tmp_path, bounded):
+    """accelerate launch of two processes, each rank with its own vLLM worker, two cells in one launch: closing
+    the first cell's engines leaves the launch's process group to the second (agon.run fails a cell whose engine
+    ended it), and both cells train on two processes."""
+    from tests.test_distributed import launch
+
+    sweep = tmp_path / "sweep"
+    launch(["agon.run", "-m", *SWEEP_CELLS, "trainer.prompts_per_step=2", f"hydra.sweep.dir={sweep}"], tmp_path,
+           timeout=1150)
+    assert [s["train/processes"] for s in _cells(sweep)] == [2, 2]
