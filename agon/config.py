@@ -12,6 +12,7 @@ which keeps the config printable and the lookup in one place.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import II, MISSING, DictConfig, OmegaConf
+from omegaconf import II, MISSING, DictConfig, OmegaConf, open_dict
 
 
 class ConfigError(ValueError):
@@ -222,6 +223,8 @@ class RewardConfig:
     length_tiebreak: float = 0.0
     team_weight: float = 0.0
     format_weight: float = 0.0
+    # a reward mode's own settings beyond these weights (a mode registered outside agon reads them; docs/extending.md)
+    params: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -416,30 +419,6 @@ class TuneConfig:
 
 
 @dataclass
-class OptunaSweeperConfig:
-    """``hydra/sweeper=optuna``: agon's Optuna sweeper (agon/tune.py)."""
-
-    _target_: str = "hydra_plugins.agon_optuna_sweeper.optuna_sweeper.OptunaSweeper"
-    # config key -> float(low, high[, log]) | int(low, high[, log]) | choice(a, b, ...)
-    params: dict = field(default_factory=dict)
-    # finished (complete or pruned) trials the study ends with
-    n_trials: int = 20
-    # trials handed to the launcher at once
-    n_jobs: int = 1
-    # maximize | minimize (the objective is eval/accuracy)
-    direction: str = "maximize"
-    # null: <sweep dir>/optuna.db (SQLite); any SQLAlchemy URL; journal:<path> for Optuna's journal file
-    storage: Optional[str] = None
-    # null: the job's name (agon.run's "run")
-    study_name: Optional[str] = None
-    # seeds Optuna's TPE sampler
-    seed: int = 0
-    # median pruning starts after this many finished trials, and from this training step
-    pruner_startup_trials: int = 2
-    pruner_warmup_steps: int = 0
-
-
-@dataclass
 class Config:
     model: ModelConfig = MISSING
     task: Any = MISSING
@@ -459,26 +438,28 @@ class Config:
     output_dir: Optional[str] = None
     # show a progress bar
     progress: bool = True
+    # modules imported before the config is checked, registering tasks, rewards, methods or model families of a
+    # package outside agon (the ``agon.plugins`` entry points are imported too); docs/extending.md
+    plugins: list = field(default_factory=list)
 
 
-GROUP_SCHEMAS: dict[str, list[tuple[str, type]]] = {
-    "model": [("model_schema", ModelConfig)],
-    "task": [
-        ("arithmetic_schema", ArithmeticTaskConfig),
-        ("target_sum_schema", TargetSumTaskConfig),
-        ("reasoning_gym_schema", ReasoningGymTaskConfig),
-        ("deepmath_schema", DeepMathTaskConfig),
-        ("codecontests_schema", CodeContestsTaskConfig),
-    ],
-    "method": [("method_schema", MethodConfig)],
-    "reward": [("reward_schema", RewardConfig)],
-    "exchange": [("exchange_schema", ExchangeConfig)],
-    "rotation": [("rotation_schema", RotationConfig)],
-    "init": [("init_schema", InitConfig)],
-    "trainer": [("trainer_schema", TrainerConfig)],
-    "eval": [("eval_schema", EvalConfig)],
-    "logger": [("logger_schema", LoggerConfig)],
+# task.kind -> the schema of that family's settings. The task group has no schema of its own at composition (one
+# node cannot take the fields of every family): ``typed`` merges the composed task into its kind's schema, filling
+# defaults and checking keys and types. A task module outside agon adds its own (``agon.tasks.register_task``).
+TASK_SCHEMAS: dict[str, type] = {
+    "arithmetic": ArithmeticTaskConfig,
+    "target_sum": TargetSumTaskConfig,
+    "reasoning_gym": ReasoningGymTaskConfig,
+    "deepmath": DeepMathTaskConfig,
+    "codecontests": CodeContestsTaskConfig,
 }
+
+
+def register_task_schema(kind: str, schema: type) -> None:
+    """``schema`` (a dataclass extending ``TaskConfig``) types ``task.*`` when ``task.kind`` is ``kind``."""
+    if not (isinstance(schema, type) and issubclass(schema, TaskConfig)):
+        raise TypeError(f"the schema of task kind {kind!r} must be a dataclass extending agon.config.TaskConfig")
+    TASK_SCHEMAS[kind] = schema
 
 
 def safe_dirname(name: str, limit: int = 160) -> str:
@@ -504,21 +485,16 @@ def launch_time(pattern: str) -> str:
 
 
 def register_configs() -> None:
-    """Store the top-level schema and one schema per group option family (YAML files extend them)."""
+    """Store agon's root schema (``agon_schema``: every group typed through its field of ``Config``) and its
+    resolvers. Called by agon's own entry points, never on import: Hydra imports every plugin of the environment in
+    every app, and agon's nodes must not show up in another app's config store."""
     if not OmegaConf.has_resolver("safe_dirname"):
         OmegaConf.register_new_resolver("safe_dirname", safe_dirname)
     if not OmegaConf.has_resolver("launch_time"):
         # cached like Hydra's own `now`: the value travels with the config to launcher jobs in other processes
         OmegaConf.register_new_resolver("launch_time", launch_time, use_cache=True)
-    cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
-    cs.store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConfig)
-    for group, entries in GROUP_SCHEMAS.items():
-        for name, node in entries:
-            cs.store(group=group, name=name, node=node)
+    ConfigStore.instance().store(name="agon_schema", node=Config)
 
-
-register_configs()
 
 # the config tree shipped with the repository
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -529,8 +505,115 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
     run in-process; Hydra's own ``hydra.*`` settings are not part of it)."""
     from hydra import compose, initialize_config_dir
 
+    register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return typed(compose(config_name="config", overrides=list(overrides)))
+
+
+def import_plugins(cfg: Any) -> None:
+    """Import the modules ``plugins`` names and those of the ``agon.plugins`` entry points, so that the tasks,
+    rewards, methods and model families they register are known before any name is checked."""
+    import importlib
+    import importlib.metadata
+
+    names = list(cfg.get("plugins") or [])
+    names += [ep.value for ep in importlib.metadata.entry_points(group="agon.plugins")]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"plugins: cannot import {name!r} ({exc})") from None
+
+
+def typed(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with ``task`` merged into the schema of its kind (``TASK_SCHEMAS``): defaults filled, and an unknown
+    key or a value of the wrong type a ConfigError naming ``task.<key>``. Read-only when ``cfg`` was."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    import_plugins(cfg)
+    kind = cfg.task.get("kind")
+    if kind not in TASK_SCHEMAS:
+        from agon.tasks import TASKS, _TASK_MODULES, build_task  # noqa: F401  (built-in kinds register on import)
+
+        if kind in _TASK_MODULES:
+            import importlib
+
+            importlib.import_module(_TASK_MODULES[kind])
+    schema = TASK_SCHEMAS.get(kind)
+    if schema is None:
+        raise ConfigError(f"task.kind={kind!r} is not valid; choose one of {sorted(TASK_SCHEMAS)}"
+                          f"{did_you_mean(str(kind), TASK_SCHEMAS)}")
+    try:
+        task = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.to_container(cfg.task, resolve=False))
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or getattr(exc, "key", None)
+        fields = [f for f in OmegaConf.structured(schema).keys()]
+        hint = did_you_mean(str(key).split(".")[-1], fields) if key else ""
+        raise ConfigError(f"task.{key}: {str(exc).splitlines()[0]} (task.kind={kind}){hint}") from None
+    readonly = OmegaConf.is_readonly(cfg)
+    out = OmegaConf.merge(cfg, {})  # a copy with the same flags
+    OmegaConf.set_readonly(out, False)
+    with open_dict(out):
+        out.task = task
+    OmegaConf.set_readonly(out, readonly)
+    return out
+
+
+def check_overrides(argv: Sequence[str]) -> None:
+    """A ConfigError, before Hydra composes anything, for a command-line override that names an option a group does
+    not have or a key the config does not have, with the closest one ("did you mean"). Groups found only in another
+    config directory (``--config-dir``, ``hydra.searchpath``) and ``+``/``~``/``hydra.`` overrides are left to
+    Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    words = [a for a in argv if "=" in a and not a.startswith("-")]
+    dirs = [CONF_DIR] + [Path(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a in ("--config-dir", "-cd")]
+    if any(w.startswith("hydra.searchpath") for w in words):
+        return
+    try:
+        overrides = OverridesParser.create().parse_overrides(words)
+    except OverrideParseException:
+        return  # Hydra says what is wrong with the syntax
+    keys = {k for k in _dotted(Config) if k != "task"} | {f"task.{k}" for s in TASK_SCHEMAS.values() for k in
+                                                          _dotted(s)}
+    for o in overrides:
+        key = o.get_key_element()
+        if o.is_add() or o.is_delete() or o.is_force_add() or key.startswith("hydra") or "@" in key:
+            continue
+        options = sorted({p.stem for d in dirs for p in (d / key).glob("*.yaml")}) if any(
+            (d / key).is_dir() for d in dirs) else None
+        if options is not None:
+            values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+            for value in values:
+                if value not in options and value != "null":
+                    raise ConfigError(f"{key}={value} is not an option of {key}{did_you_mean(value, options)}; "
+                                      f"choose one of {options}")
+        elif key not in keys and not any(k.startswith(key + ".") for k in keys) and \
+                not (key.startswith("task.") and any(w.startswith("plugins") for w in words)):  # a plugin's task
+            raise ConfigError(f"{key} is not a key of the config{did_you_mean(key, keys)}")
+
+
+def _dotted(schema: type, prefix: str = "") -> list[str]:
+    """The dotted keys of a dataclass schema, nested ones included (``trainer.learning_rate``)."""
+    import dataclasses
+    import typing
+
+    out = []
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        out.append(prefix + f.name)
+        if dataclasses.is_dataclass(hints.get(f.name)):
+            out += _dotted(hints[f.name], f"{prefix}{f.name}.")
+    return out
+
+
+def did_you_mean(name: str, choices: Any) -> str:
+    """`` (did you mean X?)`` for the closest of ``choices`` to ``name``, else an empty string."""
+    import difflib
+
+    close = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -555,7 +638,8 @@ def resume_mode(value: Any) -> str:
 
 def _one_of(key: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
     if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not valid; choose one of {sorted(allowed)}")
+        raise ConfigError(f"{key}={value!r} is not valid; choose one of {sorted(allowed)}"
+                          f"{did_you_mean(str(value), allowed)}")
 
 
 def _check_warm_start(task: Any) -> None:
@@ -615,6 +699,43 @@ def _check_latent(cfg: DictConfig) -> None:
                           f"{family.latent_exchange_refused}")
 
 
+def _check_ranges(cfg: DictConfig) -> None:
+    """Every value with a valid range inside it, named in full when it is not (a negative learning rate trains the
+    wrong way without an error; a top_p of 1.5 samples as 1)."""
+    t, e, m = cfg.trainer, cfg.eval, cfg.model
+    positive = [("trainer.learning_rate", t.learning_rate), ("trainer.adv_eps", t.adv_eps),
+                ("trainer.max_grad_norm", t.max_grad_norm), ("model.lora.alpha", m.lora.alpha),
+                ("trainer.solo_row_tokens", t.solo_row_tokens), ("generation.vllm.max_num_seqs",
+                                                                 cfg.generation.vllm.max_num_seqs),
+                ("generation.vllm.start_timeout_s", cfg.generation.vllm.start_timeout_s),
+                ("task.heldout_size", cfg.task.heldout_size), ("init.lr", cfg.init.lr),
+                ("init.batch_size", cfg.init.batch_size)]
+    for key, value in positive:
+        if not value > 0:
+            raise ConfigError(f"{key}={value} must be > 0")
+    not_negative = [("trainer.weight_decay", t.weight_decay), ("trainer.beta", t.beta), ("init.std", cfg.init.std),
+                    ("init.steps", cfg.init.steps), ("trainer.top_k", t.top_k), ("eval.top_k", e.top_k),
+                    ("model.top_k", m.top_k), ("trainer.checkpoint_every", t.checkpoint_every),
+                    ("trainer.checkpoint_minutes", t.checkpoint_minutes), ("trainer.warn_after_steps",
+                                                                           t.warn_after_steps),
+                    ("trainer.max_bad_steps", t.max_bad_steps)]
+    for key, value in not_negative:
+        if value < 0:
+            raise ConfigError(f"{key}={value} must be >= 0")
+    shares = [("model.lora.dropout", m.lora.dropout), ("trainer.warn_zero_std_ratio", t.warn_zero_std_ratio),
+              ("trainer.warn_truncated_ratio", t.warn_truncated_ratio),
+              ("trainer.warn_importance_ratio", t.warn_importance_ratio)]
+    for key, value in shares:
+        if not 0 <= value <= 1:
+            raise ConfigError(f"{key}={value} must be a share between 0 and 1")
+    for key, value in (("trainer.top_p", t.top_p), ("eval.top_p", e.top_p), ("model.top_p", m.top_p)):
+        if not 0 < value <= 1:
+            raise ConfigError(f"{key}={value} must be a probability in (0, 1]")
+    for key in ("correct_weight", "conversion_bonus", "length_tiebreak", "team_weight", "format_weight"):
+        if not math.isfinite(cfg.reward[key]):
+            raise ConfigError(f"reward.{key}={cfg.reward[key]} must be a finite number")
+
+
 def validate(cfg: DictConfig) -> None:
     """Checks that need more than one key or a registry. Raises ConfigError naming the full key."""
     from agon.distributed import launched_world_size
@@ -671,6 +792,7 @@ def validate(cfg: DictConfig) -> None:
     for key, value in (("eval.interim_problems", e.interim_problems), ("eval.interim_samples", e.interim_samples)):
         if value is not None and value < 1:
             raise ConfigError(f"{key}={value} must be positive (or null: the full evaluation's)")
+    _check_ranges(cfg)
     if t.ddp_timeout < 1:
         raise ConfigError(f"trainer.ddp_timeout={t.ddp_timeout} must be a positive number of seconds")
     if t.micro_batch_size is not None and t.micro_batch_size < 1:

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+import warnings
+
 import torch
 
 from agon.families import Family, get_family
@@ -325,7 +327,11 @@ class Policies:
         self.tokenizer = tokenizer
         tokenizer.padding_side = "left"  # generation appends to the right end of every row
         self.adapters = tuple(adapters)
-        self.model = get_peft_model(model, config, adapter_name=self.adapters[0])
+        with warnings.catch_warnings():
+            # PEFT reads transformers' deprecated is_gradient_checkpointing (a FutureWarning on every run that agon
+            # cannot act on; PEFT's own fix is pending)
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            self.model = get_peft_model(model, config, adapter_name=self.adapters[0])
         for name in self.adapters[1:]:
             self.model.add_adapter(name, config)
         # get_peft_model upcasts its adapter to float32 over a bfloat16 base, but add_adapter only does from PEFT

@@ -69,11 +69,16 @@ def go_offline() -> None:
 
 
 def check_sources(cfg: Any, log: Callable[[str], None] = print) -> None:
-    """Go offline when the hub cannot be reached; then a model that is not cached is one ModelLoadError."""
+    """A ConfigError for a local dataset path that does not exist; then go offline when the hub cannot be reached,
+    and a model that is not cached is one ModelLoadError."""
     path = cfg.model.path
     if path and not os.path.isdir(os.path.expanduser(path)):
         raise ModelLoadError(f"model.path={path!r} is not a directory; it should hold the model's config.json, "
                              f"weights and tokenizer (as `hf download {cfg.model.name} --local-dir DIR` writes them)")
+    source = cfg.task.get("source")
+    if source and looks_like_path(source) and not os.path.exists(os.path.expanduser(source)):
+        raise ConfigError(f"task.source={source!r} does not exist: a local dataset file or directory must be there "
+                          f"before the run starts (or name the dataset's hub id)")
     ids = hub_ids(cfg)
     if not ids:
         return

@@ -70,14 +70,16 @@ WEIGHTS = ("correct_weight", "conversion_bonus", "length_tiebreak", "team_weight
 def reward_summary(cfg: Any) -> dict[str, Any]:
     """The reward a run pays, in full: its mode and every weight (``summary.json``'s ``reward_weights``, the start
     line of the run's log), so the paper's reward and the offline default's are told apart by more than a name."""
-    return {"name": str(cfg.name), **{k: float(cfg[k]) for k in WEIGHTS}}
+    params = cfg.get("params") or {}
+    return {"name": str(cfg.name), **{k: float(cfg[k]) for k in WEIGHTS}, "params": {k: params[k] for k in params}}
 
 
 def describe_reward(cfg: Any) -> str:
     """``reward_summary`` on one line: ``competitive (correct 2, conversion 1, tiebreak 0, team 0, format 0.5)``."""
     s = reward_summary(cfg)
+    params = "".join(f", {k} {v}" for k, v in s["params"].items())
     return f"{s['name']} (" + ", ".join(f"{k.split('_')[0] if k != 'length_tiebreak' else 'tiebreak'} {s[k]:g}"
-                                        for k in WEIGHTS) + ")"
+                                        for k in WEIGHTS) + params + ")"
 
 
 def compute_rewards(outcome: Outcome, cfg: Any) -> RoundRewards:

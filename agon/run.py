@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.metadata
+import logging
 import os
 import subprocess
 import sys
@@ -28,11 +29,24 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from agon import run_files
-from agon.config import LAUNCH_TIME_ENV, ConfigError, exchange_name, resume_mode, to_plain, validate
+from agon.config import (LAUNCH_TIME_ENV, ConfigError, check_overrides, exchange_name, register_configs, resume_mode,
+                         to_plain, typed, validate)
 from agon.distributed import Ranks, launched_world_size
 from agon.engines import EngineError
 from agon.policies import ModelLoadError
 from agon.rewards import describe_reward, reward_summary
+
+LOG = logging.getLogger("agon")
+
+
+def say(message: str) -> None:
+    """One line of the run's story: to the ``agon`` logger under Hydra (the console and the run directory's
+    ``run.log``, conf/hydra/job_logging/agon.yaml), printed where Hydra configured nothing (a run called in-process
+    by a test or a tool)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    LOG.info(message) if HydraConfig.initialized() else print(message, flush=True)
+
 
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "hydra-core", "omegaconf", "wandb", "datasets",
             "math-verify", "reasoning-gym", "tokenizers", "vllm")
@@ -85,7 +99,7 @@ def _main_first(ranks: Ranks):
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, recorder: Any, ranks: Ranks = Ranks(),
-                  log: Any = print) -> Any:
+                  log: Any = say) -> Any:
     """The ``Trainer`` that ``run`` trains, on this rank: the task, the base checked against the model's context and
     loaded (rank 0 first), the method's adapters (rank 0's on every rank), each rank then seeded for its own samples,
     and the sampling engine. The caller closes ``trainer.engine`` and ``trainer.task``; the task is closed here when
@@ -120,16 +134,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from agon.recorder import Recorder, build_logger
     from agon.trainer import pause_point
 
+    cfg = typed(cfg)  # the task's settings through its kind's schema (plugins imported first)
     validate(cfg)
     check_engine(cfg)  # before the hub probe: it reads only what is installed here
-    check_sources(cfg)
+    check_sources(cfg, log=say)
+    if not cfg.progress:  # no bar at all, the libraries' own (loading weights) included
+        import huggingface_hub.utils
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+        huggingface_hub.utils.disable_progress_bars()
     t0 = time.time()
     method = get_method(cfg.method.name)
     resume = resume_mode(cfg.trainer.resume)
     out_dir = _run_dir(cfg)
     done = finished_summary(out_dir, cfg) if resume == "auto" else None
     if done is not None:  # a sweep launched again, a requeued job that had finished: nothing to redo
-        print(f"[agon] skipped: {out_dir} already holds this run's summary.json (trainer.resume=never trains it "
+        say(f"[agon] skipped: {out_dir} already holds this run's summary.json (trainer.resume=never trains it "
               f"again)")
         return done
     ranks = Ranks.from_env(cfg.model.device, cfg.trainer.ddp_timeout)
@@ -141,13 +162,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     recorder = Recorder(run_dir, build_logger(cfg, run_dir) if ranks.is_main else None, enabled=ranks.is_main)
     trainer, exit_code = None, 1
     if ranks.is_main:  # the cell's full reward: a preset's weights are not visible in its name
-        print(f"[agon] {cfg.method.name}, reward {describe_reward(cfg.reward)}, exchange "
+        say(f"[agon] {cfg.method.name}, reward {describe_reward(cfg.reward)}, exchange "
               f"{exchange_name(cfg.exchange.mode, cfg.exchange.span)}, rotation {cfg.rotation.mode}, init "
               f"{cfg.init.mode}")
     try:
-        trainer = build_trainer(cfg, run_dir, recorder, ranks, log=print if ranks.is_main else _quiet)
+        trainer = build_trainer(cfg, run_dir, recorder, ranks, log=say if ranks.is_main else _quiet)
         if ranks.is_main:  # whatever the engine: a run that will take weeks says so before its first step
-            print(estimate(cfg, trainer).line())
+            say(estimate(cfg, trainer).line())
         if resume == "auto" and trainer.resume_latest():
             start = _start_metrics(run_dir)
         else:  # from step 0: whatever ran here before goes, its checkpoints first (killed between the two, a run
@@ -268,7 +289,7 @@ def _trial_reporter(cfg: DictConfig, ranks: Ranks) -> Any:
 
 
 # keys that say where and how a run is shown, not what it computes: a finished run is the same run without them
-PRESENTATION_KEYS = ("output_dir", "progress", "logger", "trainer.resume")
+PRESENTATION_KEYS = ("output_dir", "progress", "logger", "trainer.resume", "plugins")
 
 
 def finished_summary(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
@@ -310,7 +331,7 @@ def _report(s: dict[str, Any]) -> None:
     def pct(key: str) -> str:
         return "n/a" if s.get(key) is None else f"{100 * s[key]:.1f}%"
 
-    print(f"[agon] {s['method']} {s['overrides'] or '(defaults)'}: accuracy {pct('eval/accuracy_at_start')} -> "
+    say(f"[agon] {s['method']} {s['overrides'] or '(defaults)'}: accuracy {pct('eval/accuracy_at_start')} -> "
           f"{pct('eval/accuracy')} on {s['eval/n_problems']} problems x {s['eval/samples']} samples; "
           f"A {pct('eval/solo_acc_A')}, B {pct('eval/solo_acc_B')}, conversion {pct('eval/conversion_rate')}, "
           f"regression {pct('eval/regression_rate')}; {s['train/steps']} steps in {s['time/total_s']:.0f}s")
@@ -325,6 +346,10 @@ class _Reported(BaseException):
     """A user error of a single run on its way to ``main``, which prints its message: Hydra's handlers catch
     Exception and print a traceback, but let this pass (skipping their job-end and run-end callbacks; agon's one
     callback, the sweep table, acts at the end of a sweep)."""
+
+
+# agon's schema and resolvers, for agon's app alone (agon.config says why not on import)
+register_configs()
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -352,7 +377,11 @@ def main() -> None:
         if not ranks.is_main:  # rank 0 writes .hydra/ and the log; the others would only write them again
             sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
     try:
+        check_overrides(sys.argv[1:])  # a mistyped option or key: one line with the closest name, before Hydra
         hydra_main()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
     except _Reported as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -218,6 +218,8 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "reward.length_tiebreak": (_REWARD_TABLE, _REWARD_PRESETS),
     "reward.team_weight": (_REWARD_TABLE, _REWARD_PRESETS),
     "reward.format_weight": (_REWARD_TABLE, _REWARD_PRESETS),
+    "reward.params": ("tests/test_extending.py::"
+                      "test_a_package_outside_agon_adds_a_task_a_reward_and_a_method_and_a_run_uses_all_three",),
     # -- the game's axes
     "exchange.mode": (_STAGES, _EXCHANGE_IN_TRAINING, _LATENT_REFUSED),
     # each span's tokens are the prefix a latent challenger reads, in a game and in a training step
@@ -338,6 +340,8 @@ NOT_COMPUTED: dict[str, str] = {
                   "keys, each mapped on its own",
     "output_dir": "where the run's files go, not what they hold",
     "progress": "a progress bar on the terminal",
+    "plugins": "which modules are imported before the check, so their registrations exist: what they register is "
+               "observed by the runs that use it (tests/test_extending.py)",
     "hydra.sweeper._target_": "the class Hydra instantiates for hydra/sweeper=optuna; the schema fixes it, and every "
                               "sweeper test runs through it",
 }

@@ -367,9 +367,9 @@ def test_the_paper_deepmath_preset_is_the_papers_recipe_on_any_qwen3(extra, mode
 # twin, the same correctness and format weights with the team term instead of the conversion bonus
 PAPER_REWARD = {
     "competitive": dict(name="competitive", correct_weight=2.0, conversion_bonus=1.0, length_tiebreak=0.0,
-                        team_weight=0.0, format_weight=0.5),
+                        team_weight=0.0, format_weight=0.5, params={}),
     "cooperative": dict(name="cooperative", correct_weight=2.0, conversion_bonus=0.0, length_tiebreak=0.0,
-                        team_weight=1.0, format_weight=0.5),
+                        team_weight=1.0, format_weight=0.5, params={}),
 }
 PAPER_PRESETS = ("paper_deepmath", "paper_codecontests")
 # where commands are written for users: the front page, the docs, and the comments of presets and sweeps

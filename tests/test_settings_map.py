@@ -34,19 +34,18 @@ def _leaves(prefix: str, schema: type) -> list[str]:
 
 
 def config_keys() -> set[str]:
-    """Every key of the config: ``Config``'s own fields (a group's through its schemas in ``GROUP_SCHEMAS``), and
-    the Optuna sweeper's under ``hydra.sweeper``. A group with several schemas (the task families) has its shared
-    fields as ``<group>.<key>`` and each schema's own as ``<group>.<kind>.<key>``."""
-    keys = {k for k in _leaves("", config.Config) if k.split(".")[0] not in config.GROUP_SCHEMAS}
-    for group, entries in config.GROUP_SCHEMAS.items():
-        schemas = [schema for _, schema in entries]
-        shared = set.intersection(*({f.name for f in dataclasses.fields(s)} for s in schemas))
-        for name, schema in entries:
-            kind = getattr(schema, "kind", name.removesuffix("_schema")) if len(schemas) > 1 else ""
-            for key in _leaves("", schema):
-                own = len(schemas) > 1 and key.split(".")[0] not in shared
-                keys.add(f"{group}.{kind}.{key}" if own else f"{group}.{key}")
-    return keys | set(_leaves("hydra.sweeper.", config.OptunaSweeperConfig))
+    """Every key of the config: ``Config``'s own fields (a group's through its field), the task families' through
+    ``TASK_SCHEMAS``, and the Optuna sweeper's under ``hydra.sweeper``. The fields every task family shares are
+    ``task.<key>``, each family's own ``task.<kind>.<key>``."""
+    from hydra_plugins.agon_optuna_sweeper.optuna_sweeper import OptunaSweeperConfig
+
+    keys = {k for k in _leaves("", config.Config) if k != "task"}
+    schemas = dict(config.TASK_SCHEMAS)
+    shared = set.intersection(*({f.name for f in dataclasses.fields(s)} for s in schemas.values()))
+    for kind, schema in schemas.items():
+        for key in _leaves("", schema):
+            keys.add(f"task.{key}" if key.split(".")[0] in shared else f"task.{kind}.{key}")
+    return keys | set(_leaves("hydra.sweeper.", OptunaSweeperConfig))
 
 
 @cache

@@ -1,18 +1,50 @@
-"""agon's Optuna sweeper for Hydra (``hydra/sweeper=optuna``); what it does: ``agon/tune.py``."""
+"""agon's Optuna sweeper for Hydra (``hydra/sweeper=optuna``); what it does: ``agon/tune.py``.
 
-from __future__ import annotations
+Hydra imports every module of ``hydra_plugins`` in every app of the environment, so this one imports nothing of agon
+at the top and registers only its own node, ``hydra/sweeper/optuna``: agon's schemas stay out of other apps. (No
+``from __future__ import annotations``: Hydra executes plugin modules outside ``sys.modules``, where a dataclass
+with string annotations cannot be built.)
+"""
 
 import os
 import socket
 from pathlib import Path
 from typing import Any, Sequence
 
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
-from agon.config import ConfigError
-from agon.tune import PRUNER_ATTR, distribution, first_value, storage_backend
+
+@dataclass
+class OptunaSweeperConfig:
+    """``hydra/sweeper=optuna``: agon's Optuna sweeper (agon/tune.py)."""
+
+    _target_: str = "hydra_plugins.agon_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+    # config key -> float(low, high[, log]) | int(low, high[, log]) | choice(a, b, ...)
+    params: dict = field(default_factory=dict)
+    # finished (complete or pruned) trials the study ends with
+    n_trials: int = 20
+    # trials handed to the launcher at once
+    n_jobs: int = 1
+    # maximize | minimize (the objective is eval/accuracy)
+    direction: str = "maximize"
+    # null: <sweep dir>/optuna.db (SQLite); any SQLAlchemy URL; journal:<path> for Optuna's journal file
+    storage: Optional[str] = None
+    # null: the job's name (agon.run's "run")
+    study_name: Optional[str] = None
+    # seeds Optuna's TPE sampler
+    seed: int = 0
+    # median pruning starts after this many finished trials, and from this training step
+    pruner_startup_trials: int = 2
+    pruner_warmup_steps: int = 0
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConfig, provider="agon")
 
 
 class OptunaSweeper(Sweeper):
@@ -33,6 +65,8 @@ class OptunaSweeper(Sweeper):
 
     def _study(self) -> Any:
         import optuna
+
+        from agon.tune import PRUNER_ATTR, storage_backend
 
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         url = self.storage_url or f"sqlite:///{self.sweep_dir / 'optuna.db'}"
@@ -63,6 +97,9 @@ class OptunaSweeper(Sweeper):
         """Compose one trial's config before any runs: a key that does not exist fails here, named."""
         from hydra.errors import ConfigCompositionException
 
+        from agon.config import ConfigError
+        from agon.tune import first_value
+
         overrides = list(arguments) + [f"{k}={first_value(d)}" for k, d in self.distributions.items()]
         try:
             self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -71,6 +108,8 @@ class OptunaSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         import optuna
+
+        from agon.tune import distribution
 
         self.distributions = {k: distribution(k, v) for k, v in self.params.items()}
         self._check_keys(arguments)
