@@ -89,7 +89,7 @@ figures: install ## figures and tables from a sweep into figures/ (RUNS=<dir>, O
 	$(PY) -m analysis.figures $(if $(RUNS),--runs $(RUNS)) $(if $(OUT),--out $(OUT))
 
 mutation: install ## mutation testing: the named wiring bugs must each fail the tests (docs/testing.md)
-	$(PY) tools/mutation.py --named $(ARGS)
+	$(PY) tools/mutation.py --named --exclude tests/test_mutation_tool.py $(ARGS)
 
 bench: install ## ratios measured side by side, equal work: Agon vs GRPO step, agon vs TRL GRPO step, scoring memory
 	$(PY) -m agon.bench $(ARGS)

@@ -31,8 +31,9 @@ def kept_support(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor |
 
     top-k keeps every token at least as likely as the k-th (ties included). top-p then sorts what top-k kept by
     probability and drops the least likely tokens while their renormalised mass stays at most ``1 - top_p``, always
-    keeping the most likely one. With ``top_k`` set the sort covers only the k kept logits ([n, k]); top-p alone
-    sorts the whole vocabulary ([n, V] values and indices).
+    keeping the most likely one. With ``top_k`` set the sort covers only the logits top-k kept ([n, k], wider
+    where the k-th ties); top-p alone sorts the whole vocabulary ([n, V] values and indices). Where tokens tie at
+    the top-p threshold, all of them are kept (the samplers keep those their sort put last: an order of their own).
     """
     truncate_k = 0 < top_k < logits.size(-1)
     if not truncate_k and top_p >= 1.0:
@@ -42,8 +43,10 @@ def kept_support(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor |
         keep = logits >= top[:, -1:]
         if top_p >= 1.0:
             return keep
-        ascending = top.flip(-1)
-        drop = ascending.softmax(-1).cumsum(-1) <= 1 - top_p  # [n, k]
+        # top-p's mass is over every token top-k kept, ties with the k-th included (transformers' and vLLM's too)
+        widest = torch.topk(logits, int(keep.sum(-1).max()), dim=-1).values  # [n, k'] descending, k' >= k
+        ascending = widest.masked_fill(widest < top[:, -1:], float("-inf")).flip(-1)
+        drop = ascending.softmax(-1).cumsum(-1) <= 1 - top_p  # [n, k']
         drop[:, -1] = False
         # the smallest logit still kept is the top-p threshold
         threshold = ascending.masked_fill(drop, float("inf")).min(-1, keepdim=True).values

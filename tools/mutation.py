@@ -45,7 +45,7 @@ COPIED = ("agon", "analysis", "conf", "sweeps", "tests", "pyproject.toml", "resu
 
 # the test files that cover each core module, fastest first (pytest stops at the first failure)
 TESTS = {
-    "agon/grpo.py": ["tests/test_grpo.py", "tests/test_trainer.py"],
+    "agon/grpo.py": ["tests/test_grpo.py", "tests/test_grpo_gradients.py", "tests/test_trainer.py"],
     "agon/rewards.py": ["tests/test_rewards.py", "tests/test_rollout.py", "tests/test_trainer.py"],
     "agon/rollout.py": ["tests/test_rollout.py", "tests/test_cascade.py", "tests/test_trainer.py"],
     "agon/trainer.py": ["tests/test_trainer.py", "tests/test_engines.py", "tests/test_run.py",
@@ -57,9 +57,14 @@ TESTS = {
     "agon/cascade.py": ["tests/test_cascade.py", "tests/test_run.py"],
     "agon/policies.py": ["tests/test_scoring.py", "tests/test_policies.py", "tests/tasks/test_qwen3_format.py",
                          "tests/test_trainer.py"],
-    "agon/scoring.py": ["tests/test_scoring.py", "tests/test_trainer.py"],
-    "agon/families/__init__.py": ["tests/test_families.py"],
-    "agon/families/gemma4.py": ["tests/test_families.py"],
+    "agon/scoring.py": ["tests/test_scoring_ties.py", "tests/test_scoring.py", "tests/test_trainer.py"],
+    "agon/families/__init__.py": ["tests/test_families_every_family.py", "tests/test_families.py"],
+    "agon/families/gemma4.py": ["tests/test_families_every_family.py", "tests/test_families.py"],
+    "agon/families/qwen3_5.py": ["tests/test_families_every_family.py", "tests/test_families.py"],
+    "agon/latent.py": ["tests/test_latent_budgets.py", "tests/test_latent.py"],
+    "agon/tune.py": ["tests/test_tune_space.py", "tests/test_tune.py"],
+    "agon/tasks/target_sum.py": ["tests/test_splits.py", "tests/tasks/test_target_sum.py"],
+    "agon/tasks/arithmetic.py": ["tests/test_splits.py", "tests/test_arithmetic.py"],
     "agon/health.py": ["tests/test_health.py"],
     "agon/run.py": ["tests/analysis/test_model_labels.py", "tests/test_operator_survivors.py", "tests/test_run.py",
                     "tests/test_resume.py", "tests/test_tune.py"],
@@ -164,8 +169,8 @@ NAMED = [
            "lora_id=lora_id,\n            temperature=sampling.temperature,",
            "lora_id=lora_id,\n            temperature=1.0,"),
     Mutant("vllm_stops_despite_ignore_eos", "agon/engines.py", "vLLM stops at the end of turn under ignore_eos",
-           "stop_token_ids=sorted(self.policies.end_ids), ignore_eos=sampling.ignore_eos)",
-           "stop_token_ids=sorted(self.policies.end_ids), ignore_eos=False)"),
+           "stop_token_ids=sorted(self.policies.end_ids), ignore_eos=sampling.ignore_eos,",
+           "stop_token_ids=sorted(self.policies.end_ids), ignore_eos=False,"),
     # the sandbox: what isolates one run from the host and from the runs beside it
     Mutant("sandbox_no_seccomp", "agon/tasks/sandbox.py", "programs run without the seccomp filter",
            '"--seccomp", str(seccomp_fd), ', ""),
@@ -346,8 +351,8 @@ NAMED = [
            ]),
     Mutant("competitive_drafter_paid_team", "agon/rewards.py",
            "the competitive drafter is paid the team term (cooperative only by definition)",
-           "return RoundRewards(drafter, challenger)",
-           'return RoundRewards(RoleRewards(drafter.components | {"team": w.team_weight * b}), challenger)',
+           "        }\n    )\n    return RoundRewards(drafter, challenger)",
+           '        }\n    )\n    return RoundRewards(RoleRewards(drafter.components | {"team": w.team_weight * b}), challenger)',
            tests=[
                  "tests/test_rewards.py",
            ]),
@@ -591,6 +596,86 @@ NAMED = [
            tests=[
                  "tests/test_trainer.py",
            ]),
+    # round three (issue 39): one or more per class of the survivors of a set of one-line bugs in the code added
+    # last; each is killed by the test written for its class (docs/testing.md, "Mutation testing")
+    # a guard of one model family, tested on every family
+    Mutant("gemma_latent_exchange_allowed", "agon/families/gemma4.py",
+           "Gemma 4 loses its refusal of exchange=latent (its sliding and KV-sharing layers)",
+           'latent_exchange_refused = "its sliding-window', 'latent_exchange_refused = None and "its sliding-window',
+           tests=["tests/test_families_every_family.py"]),
+    # a value of the model config read at the top level, where a multimodal checkpoint nests it in text_config
+    Mutant("context_from_top_level_config", "agon/families/__init__.py",
+           "the context length read from the top level of a (multimodal) config: None, so no context check",
+           'return getattr(config.get_text_config(), "max_position_embeddings", None)',
+           'return getattr(config, "max_position_embeddings", None)',
+           tests=["tests/test_families_every_family.py"]),
+    Mutant("softcap_from_top_level_config", "agon/families/__init__.py",
+           "the final logit soft-cap read from the top level of a (multimodal) config",
+           'cap = getattr(base.config.get_text_config(), "final_logit_softcapping", None)',
+           'cap = getattr(base.config, "final_logit_softcapping", None)',
+           tests=["tests/test_families_every_family.py"]),
+    # ties at the top-k boundary (bfloat16 logits tie; random float32 ones never do)
+    Mutant("top_k_ties_dropped", "agon/scoring.py", "top-k keeps exactly k tokens, dropping ties with the k-th",
+           "keep = logits >= top[:, -1:]",
+           "keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, torch.topk(logits, top_k, -1).indices, "
+           "True)",
+           tests=["tests/test_scoring_ties.py"]),
+    Mutant("top_p_mass_over_k_only", "agon/scoring.py",
+           "top-p after top-k renormalises over exactly k tokens, not over the ties top-k kept",
+           'ascending = widest.masked_fill(widest < top[:, -1:], float("-inf")).flip(-1)', "ascending = top.flip(-1)",
+           tests=["tests/test_scoring_ties.py"]),
+    # a loss term whose value is right and whose gradient is not
+    Mutant("kl_ratio_detached", "agon/grpo.py", "the KL's bias-correction ratio detached (value right, gradient not)",
+           "kl = kl * ratio", "kl = kl * ratio.detach()", tests=["tests/test_grpo_gradients.py"]),
+    Mutant("clip_branch_detached", "agon/grpo.py",
+           "the clipped branch's ratio detached: the same value, half the gradient where the two branches tie",
+           "clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)",
+           "clipped = torch.clamp(ratio.detach(), 1 - epsilon, 1 + eps_high)", tests=["tests/test_grpo_gradients.py"]),
+    # a context or token budget without the latent prefix
+    Mutant("latent_prefix_outside_context", "agon/policies.py",
+           "a challenger's room in the context computed without its latent prefix",
+           "room = self.room([a + b for a, b in zip(before, lengths)], max_new_tokens)",
+           "room = self.room(lengths, max_new_tokens)", tests=["tests/test_latent_budgets.py"]),
+    # a per-problem limit from the dataset ignored for the config's default
+    Mutant("problem_time_limit_ignored", "agon/tasks/codecontests.py",
+           "every program graded under task.time_limit_s, not its problem's time limit",
+           'time_limit_s=problem.meta.get("time_limit_s", self.cfg.time_limit_s),',
+           "time_limit_s=self.cfg.time_limit_s,", tests=["tests/test_codecontests_limits.py"]),
+    Mutant("problem_memory_limit_ignored", "agon/tasks/codecontests.py",
+           "every program graded under task.memory_mb, not its problem's memory limit",
+           'memory_mb=problem.meta.get("memory_mb", self.cfg.memory_mb),',
+           "memory_mb=self.cfg.memory_mb,", tests=["tests/test_codecontests_limits.py"]),
+    # duplicates inside one split of a generated task
+    Mutant("target_sum_repeats_in_split", "agon/tasks/target_sum.py",
+           "target sum's draw checks a problem only against the other split: repeats inside a split",
+           "if q not in seen:", "if q not in exclude:", tests=["tests/test_splits.py"]),
+    Mutant("arithmetic_repeats_in_split", "agon/tasks/arithmetic.py",
+           "arithmetic's draw checks a problem only against the other split: repeats inside a split",
+           "if expr not in seen:", "if expr not in exclude:", tests=["tests/test_splits.py"]),
+    # per-rank randomness (two processes: tests/test_rank_randomness.py)
+    Mutant("ranks_seeded_alike", "agon/run.py", "every rank seeded as rank 0 before its first sample",
+           "torch.manual_seed(cfg.seed + ranks.rank)", "torch.manual_seed(cfg.seed)",
+           tests=["tests/test_rank_randomness.py"]),
+    Mutant("eval_chunk_seed_rank_0", "agon/cascade.py", "every rank plays an evaluation chunk from rank 0's seed",
+           "torch.manual_seed(chunk_seed(cfg.seed, phase, step, i, ranks.rank))",
+           "torch.manual_seed(chunk_seed(cfg.seed, phase, step, i, 0))", tests=["tests/test_rank_randomness.py"]),
+    Mutant("resume_restores_rank_0_rng", "agon/trainer.py", "a resumed rank takes rank 0's RNG state",
+           "rng = rngs[self.ranks.rank] if self.ranks.rank < len(rngs) else rngs[0]", "rng = rngs[0]",
+           tests=["tests/test_rank_randomness.py"]),
+    # the order of training problems across epochs
+    Mutant("epoch_order_repeats", "agon/trainer.py", "every epoch shuffles the training pool into the same order",
+           "random.Random(self.cfg.seed * 1_000_003 + epoch)", "random.Random(self.cfg.seed * 1_000_003)",
+           tests=["tests/test_trainer_epochs.py"]),
+    # the Optuna search space's parsing
+    Mutant("tune_int_log_dropped", "agon/tune.py", "int(low, high, log) parsed as a uniform int distribution",
+           "return optuna.distributions.IntDistribution(int(args[0]), int(args[1]), log=log)",
+           "return optuna.distributions.IntDistribution(int(args[0]), int(args[1]))",
+           tests=["tests/test_tune_space.py"]),
+    # which evaluation a resumed run's start-of-run metrics come from
+    Mutant("start_metrics_any_evaluation", "agon/run.py",
+           "a resumed run's start metrics taken from the first evaluation row, at whatever step",
+           'rows = [r for r in rows if r["train/step"] == 0 and "eval/accuracy" in r]',
+           'rows = [r for r in rows if "eval/accuracy" in r]', tests=["tests/test_run_start_metrics.py"]),
 ]
 
 # operator swaps: each site becomes exactly one mutant
@@ -713,14 +798,28 @@ def _markers() -> str:
     return "not slow and not gpu" + ("" if _vllm_python() else " and not vllm")
 
 
-def run_mutant(m: Mutant, scratch: Path, timeout: int) -> dict:
+# test files a mutation run never runs, whatever it is asked to: tests/test_mutation_tool.py fails whenever any edit
+# touches a line a named mutant patches (its job: keep the patches applicable), so it would "kill" every named
+# mutant for a reason that has nothing to do with behaviour (and the scratch copy has no tools/ to load)
+EXCLUDED = ("tests/test_mutation_tool.py",)
+
+
+def pytest_targets(m: Mutant, tests: list[str] | None = None, exclude: tuple[str, ...] = EXCLUDED) -> list[str]:
+    """pytest's arguments naming what to run against ``m``: ``tests`` (e.g. ``["tests"]``, the whole suite) or the
+    mutant's own, without the ``exclude`` files, which are also ignored where a folder is named."""
+    chosen = [t for t in (tests or m.tests or TESTS[m.file]) if t.partition("::")[0] not in exclude]
+    return chosen + [f"--ignore={e}" for e in exclude]
+
+
+def run_mutant(m: Mutant, scratch: Path, timeout: int, tests: list[str] | None = None,
+               exclude: tuple[str, ...] = EXCLUDED) -> dict:
     original = (ROOT / m.file).read_text()
     (scratch / m.file).write_text(mutated_source(m, original))
     env = {**os.environ, "PYTHONPATH": str(scratch), "WANDB_MODE": "disabled"}  # AGON_TEST_CACHE set in main
     if _vllm_python():
         env["AGON_VLLM_PYTHON"] = str(_vllm_python())
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", _markers(),
-           *(m.tests or TESTS[m.file])]
+           *pytest_targets(m, tests, exclude)]
     t0 = time.time()
     try:
         out = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout)
@@ -750,6 +849,12 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="print the mutants and exit")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per mutant before it counts as killed")
     parser.add_argument("--out", default="mutation.json")
+    parser.add_argument("--tests", nargs="+", default=None, metavar="PATH",
+                        help="run these tests against every mutant instead of its own (e.g. --tests tests: the "
+                             "whole suite)")
+    parser.add_argument("--exclude", nargs="*", default=list(EXCLUDED), metavar="PATH",
+                        help="test files never run against a mutant (default: tests/test_mutation_tool.py, which "
+                             "fails on any edit of a patched line); --exclude with no path runs them all")
     args = parser.parse_args()
 
     named = NAMED + [Mutant(**m) for m in json.loads(Path(args.extra).read_text())] if args.extra else NAMED
@@ -775,7 +880,7 @@ def main() -> int:
             src = ROOT / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, scratch / name)
         for i, m in enumerate(mutants, 1):
-            r = run_mutant(m, scratch, args.timeout)
+            r = run_mutant(m, scratch, args.timeout, args.tests, tuple(args.exclude))
             results.append(r)
             print(f"[{i}/{len(mutants)}] {r['status']:8} {m.id:32} {r['seconds']:6.1f}s  {m.description}"
                   f"{'  <- ' + ', '.join(r['caught_by']) if r['caught_by'] else ''}", flush=True)
