@@ -16,8 +16,11 @@ Matching (``outputs_match``) is exact where the expected output is exact, as Cod
 
 * Output is cut into tokens at ASCII whitespace only: testlib's blanks (space, ``\t``, ``\n``, ``\r``) plus ``\v``
   and ``\f``. A Unicode space (U+00A0, U+2028, ``\x1c``...) is part of a token, as it is for a judge (Python's
-  ``str.split`` would split there). ASCII letters compare case-insensitively ("print YES in any case"); the token
-  counts must be equal.
+  ``str.split`` would split there). Tokens compare exactly, letter case included, as testlib's ``wcmp``: a
+  program that skips a problem's case handling fails. Case folds (ASCII letters only) for an expected ``yes`` or
+  ``no`` in any case (testlib's ``yesno``), and for every token of a problem whose statement allows any case ("you
+  can print each letter in any case", "case-insensitive"; ``stated_any_case``, parsed into
+  ``meta["fold_case"]``). The token counts must be equal.
 * An expected token that is an integer (``[+-]?[0-9]+``) matches only the same text: no ``+7``, ``007`` or ``7.0``
   for ``7``, no ``-0`` for ``0``, no ``9.982443599877105e+17`` for ``998244359987710471`` (testlib's ``readLong``,
   which its ``ncmp`` checker uses, rejects each of these forms; ``wcmp``/``lcmp`` compare the text).
@@ -72,6 +75,8 @@ _CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTA
 _INTEGER = re.compile(rb"[+-]?[0-9]+")
 _NUMBER = re.compile(rb"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 DEFAULT_TOLERANCE = 1e-6
+# answers whose case never matters: testlib's yesno checker folds them, and Codeforces statements say so
+_YES_NO = {b"yes", b"no"}
 # exact sums and products of the (trusted) expected token and tolerance; a malformed actual token raises
 _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact, InvalidOperation, Overflow])
 
@@ -112,9 +117,11 @@ def _bounds(expected: bytes, tol: Decimal) -> tuple[Decimal, Decimal]:
     return _EXACT.subtract(e, d), _EXACT.add(e, d)
 
 
-def _token_match(expected: bytes, actual: bytes, tol: Decimal) -> bool:
+def _token_match(expected: bytes, actual: bytes, tol: Decimal, fold_case: bool) -> bool:
     if expected == actual:
         return True
+    if (fold_case or expected.lower() in _YES_NO) and expected.lower() == actual.lower():
+        return True  # ASCII letters only: bytes.lower() leaves every other byte as it is
     if _INTEGER.fullmatch(expected) or not _NUMBER.fullmatch(expected) or not _NUMBER.fullmatch(actual):
         return False  # an integer, a word, or a non-number where a number is due: only the same text
     lo, hi = _bounds(expected, tol)
@@ -124,14 +131,16 @@ def _token_match(expected: bytes, actual: bytes, tol: Decimal) -> bool:
 
 
 def _tokens(text: str) -> list[bytes]:
-    return text.encode("utf-8", "surrogatepass").lower().split()  # bytes: ASCII whitespace and case only
+    return text.encode("utf-8", "surrogatepass").split()  # bytes: split at ASCII whitespace only
 
 
-def outputs_match(expected: str, actual: str, tolerance: Any = DEFAULT_TOLERANCE) -> bool:
+def outputs_match(expected: str, actual: str, tolerance: Any = DEFAULT_TOLERANCE, fold_case: bool = False) -> bool:
     """Whether ``actual`` is a right output for ``expected``; never raises (anything malformed is a mismatch).
 
-    Tokens are cut at ASCII whitespace only and compared ASCII-case-insensitively; the counts must be equal. An
-    integer expected token matches only the same text (no ``-0`` for ``0``, ``007`` or ``7.0`` for ``7``, or
+    Tokens are cut at ASCII whitespace only and compared exactly, as testlib's ``wcmp`` does; the counts must be
+    equal. ASCII case folds for an expected ``yes``/``no`` (any case: testlib's ``yesno`` checker, and "print YES
+    in any case"), and for every token with ``fold_case`` (a statement that allows any case, ``meta["fold_case"]``).
+    An integer expected token matches only the same text (no ``-0`` for ``0``, ``007`` or ``7.0`` for ``7``, or
     ``9.982443599877105e+17`` for ``998244359987710471``). A non-integer number (plain ASCII decimal form, exponent
     allowed) matches a number of that form within ``|actual - expected| <= tolerance * max(1, |expected|)``,
     decided in exact decimal arithmetic; ``tolerance`` is taken as the decimal it is written as (default 1e-6).
@@ -144,7 +153,7 @@ def outputs_match(expected: str, actual: str, tolerance: Any = DEFAULT_TOLERANCE
         if len(e) != len(a):
             return False
         tol = _decimal(tolerance)
-        return all(_token_match(x, y, tol) for x, y in zip(e, a))
+        return all(_token_match(x, y, tol, fold_case) for x, y in zip(e, a))
     except Exception:  # noqa: BLE001 - a grader that raises lets a wrong answer dodge its penalty
         return False
 
@@ -163,6 +172,38 @@ _STATED_TOLERANCE = re.compile(
     r")",
     re.IGNORECASE,
 )
+
+
+# statements that let the answer be printed in any letter case: "You can print each letter in any case", "in
+# arbitrary case", "in any register" (translations), "case-insensitive", "letter case does not matter", "uppercase
+# and lowercase letters are considered the same". "in any case" counts only after a word about the output in the
+# same sentence ("print ... in any case"), never as the idiom ("In any case, print -1").
+_ANY_CASE = re.compile(
+    r"\bcase[- ]?insensitiv"
+    r"|\b(?:print|output|write|answer|letters?|characters?|strings?|words?)\b[^.\n]{0,100}?"
+    r"\b(?:in|using)\s+(?:any|arbitrary)\s+(?:letter\s+)?(?:case|register)\b"
+    r"|\b(?:any|arbitrary)\s+letter\s+case\b"
+    r"|\b(?:letter\s+case|register|case\s+of\s+(?:the\s+)?(?:letters|characters|output))\s+"
+    r"(?:(?:does\s+not|doesn't|doesn\u2019t)\s+matter|is\s+not\s+important|is\s+irrelevant)"
+    r"|\b(?:upper|lower)[- ]?case\b[^.\n]{0,60}?\b(?:upper|lower)[- ]?case\b[^.\n]{0,60}?"
+    r"\b(?:accepted|allowed|equivalent|considered\s+(?:equal|the\s+same|identical))",
+    re.IGNORECASE,
+)
+# a sentence that names yes/no answers: its permission is the yes/no folding every problem already gets
+_YES_NO_WORDS = re.compile(r"\b(?:yes|no|positive|negative)\b", re.IGNORECASE)
+
+
+def stated_any_case(statement: str) -> bool:
+    """Whether a statement lets every output token be printed in any letter case. A permission whose sentence
+    names the yes/no answers ("print YES or NO in any case: yEs, yes, Yes will be recognized as a positive
+    answer") is about those words only, which fold anyway, and leaves the rest of the output exact."""
+    text = statement or ""
+    for m in _ANY_CASE.finditer(text):
+        start = max(text.rfind(". ", 0, m.start()), text.rfind("\n", 0, m.start())) + 1
+        ends = [i for i in (text.find(". ", m.end()), text.find("\n", m.end())) if i >= 0]
+        if not _YES_NO_WORDS.search(text[start: min(ends, default=len(text))]):
+            return True
+    return False
 
 
 def stated_tolerance(statement: str) -> float | None:
@@ -238,6 +279,8 @@ def to_problem(row: dict, cfg: Any) -> Problem:
     tol = stated_tolerance(row.get("description") or "")
     if tol is not None:  # the statement's own; else the grader uses task.float_tolerance
         meta["float_tolerance"] = tol
+    if stated_any_case(row.get("description") or ""):  # else only yes/no answers fold
+        meta["fold_case"] = True
     return Problem(f"codecontests/{row['name']}", row["description"].strip(), None, meta)
 
 
@@ -331,7 +374,7 @@ class CodeContestsTask(Task):
             if not res.stdout_is_utf8:  # its U+FFFD stand-ins must not match an expected U+FFFD
                 return Verdict(False, True, "wrong", f"{where}: output is not UTF-8")
             tol = problem.meta.get("float_tolerance", self.cfg.float_tolerance)
-            if not outputs_match(expected, res.stdout, tol):
+            if not outputs_match(expected, res.stdout, tol, bool(problem.meta.get("fold_case"))):
                 return Verdict(False, True, "wrong", f"{where}: wrong answer")
         return Verdict(True, True, "ok", f"passed {len(tests)} tests")
 

@@ -23,7 +23,6 @@ import os
 import platform
 import signal
 import struct
-import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -43,15 +42,16 @@ class SandboxUnavailable(RuntimeError):
 # makes the C library fall back from calls newer than the list (clone3). Numbers by architecture: (x86_64 from
 # asm/unistd_64.h, aarch64 from asm-generic/unistd.h); None where the architecture has no such call.
 # Left out on purpose, beside what DENIED names: sync (it flushes every disk of the host), mincore and cachestat (the
-# page cache of shared files tells when a neighbour reads them), name_to_handle_at, kcmp, personality, modify_ldt,
-# pkey_*, POSIX message queues, and every call that needs a capability the run never has.
+# page cache of shared files tells when a neighbour reads them), sysinfo (the host's count of processes, exact, and
+# its shared memory: a channel between runs), name_to_handle_at, kcmp, personality, modify_ldt, pkey_*, POSIX
+# message queues, and every call that needs a capability the run never has.
 ALLOWED = {
     "read": (0, 63), "write": (1, 64), "open": (2, None), "close": (3, 57), "stat": (4, None), "fstat": (5, 80),
     "lstat": (6, None), "poll": (7, None), "lseek": (8, 62), "mprotect": (10, 226), "munmap": (11, 215),
     "brk": (12, 214), "rt_sigaction": (13, 134), "rt_sigprocmask": (14, 135), "rt_sigreturn": (15, 139),
     "ioctl": (16, 29), "pread64": (17, 67), "pwrite64": (18, 68), "readv": (19, 65), "writev": (20, 66),
     "access": (21, None), "pipe": (22, None), "select": (23, None), "sched_yield": (24, 124), "mremap": (25, 216),
-    "msync": (26, 227), "madvise": (28, 233), "shmat": (30, 196), "shmctl": (31, 195), "shmdt": (67, 197),
+    "madvise": (28, 233), "shmat": (30, 196), "shmctl": (31, 195), "shmdt": (67, 197),
     "dup": (32, 23), "dup2": (33, None), "pause": (34, None), "nanosleep": (35, 101), "getitimer": (36, 102),
     "alarm": (37, None), "setitimer": (38, 103), "getpid": (39, 172), "sendfile": (40, 71), "connect": (42, 203),
     "accept": (43, 202), "sendto": (44, 206), "recvfrom": (45, 207), "sendmsg": (46, 211), "recvmsg": (47, 212),
@@ -59,13 +59,13 @@ ALLOWED = {
     "getpeername": (52, 205), "setsockopt": (54, 208), "getsockopt": (55, 209), "fork": (57, None),
     "vfork": (58, None), "execve": (59, 221), "exit": (60, 93), "wait4": (61, 260), "kill": (62, 129),
     "uname": (63, 160), "semget": (64, 190), "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192),
-    "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187), "fsync": (74, 82),
-    "fdatasync": (75, 83), "truncate": (76, 45), "ftruncate": (77, 46), "getdents": (78, None), "getcwd": (79, 17),
+    "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187), 
+    "truncate": (76, 45), "ftruncate": (77, 46), "getdents": (78, None), "getcwd": (79, 17),
     "chdir": (80, 49), "fchdir": (81, 50), "rename": (82, None), "mkdir": (83, None), "rmdir": (84, None),
     "creat": (85, None), "link": (86, None), "unlink": (87, None), "symlink": (88, None), "readlink": (89, None),
     "chmod": (90, None), "fchmod": (91, 52), "chown": (92, None), "fchown": (93, 55), "lchown": (94, None),
     "umask": (95, 166), "gettimeofday": (96, 169), "getrlimit": (97, 163), "getrusage": (98, 165),
-    "sysinfo": (99, 179), "times": (100, 153), "getuid": (102, 174), "getgid": (104, 176), "setuid": (105, 146),
+    "times": (100, 153), "getuid": (102, 174), "getgid": (104, 176), "setuid": (105, 146),
     "setgid": (106, 144), "geteuid": (107, 175), "getegid": (108, 177), "setpgid": (109, 154),
     "getppid": (110, 173), "getpgrp": (111, None), "setsid": (112, 157), "setreuid": (113, 145),
     "setregid": (114, 143), "getgroups": (115, 158), "setgroups": (116, 159), "setresuid": (117, 147),
@@ -78,14 +78,14 @@ ALLOWED = {
     "sched_getscheduler": (145, 120), "sched_get_priority_max": (146, 125), "sched_get_priority_min": (147, 126),
     "sched_rr_get_interval": (148, 127), "mlock": (149, 228), "munlock": (150, 229), "mlockall": (151, 230),
     "munlockall": (152, 231), "prctl": (157, 167), "arch_prctl": (158, None), "setrlimit": (160, 164),
-    "gettid": (186, 178), "readahead": (187, 213), "setxattr": (188, 5), "lsetxattr": (189, 6),
+    "gettid": (186, 178), "setxattr": (188, 5), "lsetxattr": (189, 6),
     "fsetxattr": (190, 7), "getxattr": (191, 8), "lgetxattr": (192, 9), "fgetxattr": (193, 10),
     "listxattr": (194, 11), "llistxattr": (195, 12), "flistxattr": (196, 13), "removexattr": (197, 14),
     "lremovexattr": (198, 15), "fremovexattr": (199, 16), "tkill": (200, 130), "time": (201, None),
     "futex": (202, 98), "sched_setaffinity": (203, 122), "sched_getaffinity": (204, 123),
     "set_thread_area": (205, None), "get_thread_area": (211, None), "epoll_create": (213, None),
     "epoll_wait": (232, None), "epoll_ctl": (233, 21), "getdents64": (217, 61), "set_tid_address": (218, 96),
-    "restart_syscall": (219, 128), "fadvise64": (221, 223), "timer_create": (222, 107),
+    "restart_syscall": (219, 128), "timer_create": (222, 107),
     "timer_settime": (223, 110), "timer_gettime": (224, 108), "timer_getoverrun": (225, 109),
     "timer_delete": (226, 111), "clock_gettime": (228, 113), "clock_getres": (229, 114),
     "clock_nanosleep": (230, 115), "exit_group": (231, 94), "tgkill": (234, 131), "utimes": (235, None),
@@ -95,18 +95,28 @@ ALLOWED = {
     "unlinkat": (263, 35), "renameat": (264, 38), "linkat": (265, 37), "symlinkat": (266, 36),
     "readlinkat": (267, 78), "fchmodat": (268, 53), "faccessat": (269, 48), "pselect6": (270, 72),
     "ppoll": (271, 73), "set_robust_list": (273, 99), "get_robust_list": (274, 100), "splice": (275, 76),
-    "tee": (276, 77), "sync_file_range": (277, 84), "vmsplice": (278, 75), "utimensat": (280, 88),
+    "tee": (276, 77), "vmsplice": (278, 75), "utimensat": (280, 88),
     "epoll_pwait": (281, 22), "signalfd": (282, None), "timerfd_create": (283, 85), "eventfd": (284, None),
     "fallocate": (285, 47), "timerfd_settime": (286, 86), "timerfd_gettime": (287, 87), "accept4": (288, 242),
     "signalfd4": (289, 74), "eventfd2": (290, 19), "epoll_create1": (291, 20), "dup3": (292, 24),
     "pipe2": (293, 59), "preadv": (295, 69), "pwritev": (296, 70), "rt_tgsigqueueinfo": (297, 240),
-    "recvmmsg": (299, 243), "prlimit64": (302, 261), "syncfs": (306, 267), "sendmmsg": (307, 269),
+    "recvmmsg": (299, 243), "prlimit64": (302, 261), "sendmmsg": (307, 269),
     "getcpu": (309, 168), "sched_setattr": (314, 274), "sched_getattr": (315, 275), "renameat2": (316, 276),
     "seccomp": (317, 277), "getrandom": (318, 278), "execveat": (322, 281), "membarrier": (324, 283),
-    "mlock2": (325, 284), "copy_file_range": (326, 285), "preadv2": (327, 286), "pwritev2": (328, 287),
+    "mlock2": (325, 284), "copy_file_range": (326, 285), 
     "statx": (332, 291), "rseq": (334, 293), "pidfd_send_signal": (424, 424), "pidfd_open": (434, 434),
     "close_range": (436, 436), "openat2": (437, 437), "faccessat2": (439, 439), "epoll_pwait2": (441, 441),
 }
+# answered with success and not done. Flushes reach the host's file systems and disk cache from any descriptor (a
+# read-only one included: syncfs on it flushed the host's root file system, fsync its disk cache), msync(MS_SYNC) is
+# fsync for a shared mapping, and readahead and fadvise (WILLNEED, DONTNEED, NOREUSE) mark or drop pages in the
+# page cache of a file. All are hints or no-ops on the run's own tmpfs, the only files it can write.
+NO_OPS = {"fsync": (74, 82), "fdatasync": (75, 83), "syncfs": (306, 267), "sync_file_range": (277, 84),
+          "msync": (26, 227), "readahead": (187, 213), "fadvise64": (221, 223)}
+# preadv2 and pwritev2 without RWF_NOWAIT, which answers from cached pages only (mincore by another name);
+# refused with EOPNOTSUPP, as from a file system that has no such mode, so that a caller falls back
+RW2 = {"preadv2": (327, 286), "pwritev2": (328, 287)}
+RWF_NOWAIT, EOPNOTSUPP = 0x8, 95
 # allowed when one argument passes a check: (name, numbers, argument index, check); see _argument_rule
 SOCKET_CALLS = {"socket": (41, 198), "socketpair": (53, 199)}
 AF_UNIX, EAFNOSUPPORT = 1, 97
@@ -186,6 +196,11 @@ def seccomp_filter(machine: str | None = None) -> bytes:
                       (_LD_ABS, 0, 0, _arg(1)), (_JEQ, 0, 3, 0), (_LD_ABS, 0, 0, _arg(1, high=True)),
                       (_JEQ, 0, 1, 0), allow, eperm])
     block(CLONE3[k], [(_RET, 0, 0, _RET_ERRNO | _ENOSYS)])  # ENOSYS: the C library falls back to clone
+    for numbers in RW2.values():  # flags: argument 5 (fd, iov, iovcnt, pos_l, pos_h, flags)
+        block(numbers[k], [(_LD_ABS, 0, 0, _arg(5)), (_JSET, 0, 1, RWF_NOWAIT), (_RET, 0, 0, _RET_ERRNO | EOPNOTSUPP),
+                           allow])
+    for numbers in NO_OPS.values():
+        block(numbers[k], [(_RET, 0, 0, _RET_ERRNO | 0)])
     for numbers in DENIED.values():
         if numbers[k] is not None:
             block(numbers[k], [eperm])
@@ -397,18 +412,14 @@ class UidSlots:
                 f"the sandbox's uid pool [{base}, {base + size}) overlaps other users of these uids on this host: "
                 f"{'; '.join(clash[:5])}. Free them or give the sandbox another pool (LocalSandbox(uid_base=...))")
         lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._next = 0
-        self._mutex = threading.Lock()
 
     @contextlib.contextmanager
     def claim(self, timeout_s: float = 60.0) -> Iterator[int]:
         give_up = time.monotonic() + timeout_s
         while True:
-            with self._mutex:
-                start = self._next
-                self._next = (self._next + 1) % self.size
-            for k in range(self.size):
-                slot = (start + k) % self.size
+            # the lowest free uid: each uid keeps a copy of the runtime in memory (sandbox.slot_runtime), so the
+            # copies are as many as the runs that were ever at once, not the whole pool
+            for slot in range(self.size):
                 fd = os.open(self.lock_dir / f"uid-{self.base + slot}", os.O_RDWR | os.O_CREAT, 0o600)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

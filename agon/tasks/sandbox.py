@@ -5,11 +5,14 @@ limit in, status / return code / stdout / stderr / time out), so a client for su
 the same ``run``. ``LocalSandbox`` runs each program under **bubblewrap** (``bwrap``, the tool Flatpak uses):
 
 - **its own namespaces**: mount, PID, IPC, network, UTS and cgroup. The program sees, read-only, only what the
-  interpreter needs of the host (``runtime_mounts``: the interpreter, ``setpriv``, the standard library and the
-  directories of the shared libraries it loads; not ``/usr/local``, no other program, no site-packages), a
-  private ``/proc`` that shows only its own processes, a minimal ``/dev``, and three fresh size-capped tmpfs:
-  ``/work`` (its working directory), ``/tmp`` and ``/dev/shm``. No other host file is there: no datasets, no test
-  files, no sockets, no other run's directory. Its program files are owned by root and read-only.
+  interpreter needs (``runtime_of``: the interpreter, ``setpriv``, the standard library and the shared libraries it
+  loads; not ``/usr/local``, no other program, no site-packages), served from a tmpfs copy per uid of the pool
+  (``slot_runtime``), never from a bind of a host file, so that no page cache, futex key or file system is shared
+  with the host or another slot; a private ``/proc`` that shows only its own processes and none of the host-wide
+  counters (``PROC_HIDDEN``); a ``/dev`` of ``null``, ``zero``, ``full``, ``random`` and ``urandom`` (no ptmx: ptys
+  are a host-wide pool); and three fresh size-capped tmpfs: ``/work`` (its working directory), ``/tmp`` and
+  ``/dev/shm``. No other host file is there: no datasets, no test files, no sockets, no other run's directory. Its
+  program files are owned by root and read-only.
 - **a user of its own**: every concurrent run takes a uid of its own (``isolation.UidSlots``: a file lock per
   uid at one fixed path for the whole host, so that runs of trainers with different ``TMPDIR`` do not share one
   either), with no supplementary groups, no capabilities and ``no_new_privs``. Another run's processes are not
@@ -19,7 +22,7 @@ the same ``run``. ``LocalSandbox`` runs each program under **bubblewrap** (``bwr
   leases and dnotify, the legacy AIO pool, inotify/fanotify, new namespaces, mounts, ``ptrace``, ``bpf`` and
   ``io_uring`` are refused (EPERM). Another architecture than x86_64 or aarch64 is killed.
 - **every process limit set** by the monitor (all 16 of the kernel's, none inherited from the trainer), and a new,
-  empty session keyring instead of the trainer's.
+  empty session keyring instead of the trainer's, after which the monitor's own filter refuses ``keyctl``.
 - **a budget per run** (``isolation.Cgroups``): memory (resident plus tmpfs), process count, CPU time and an equal
   CPU share counted for all of the run's processes together, in a cgroup of its own (cgroup v1 with ``memory``,
   ``pids``, ``cpu``/``cpuacct``, or cgroup v2). Where no cgroup can be made, the sandbox says so once and keeps the
@@ -48,14 +51,17 @@ empty before it is removed; the working directory goes with the mount namespace.
 Grading never trusts the exit code alone: callers compare stdout for every test, so ``sys.exit(0)`` or
 ``os._exit(0)`` before the work is done cannot fake a pass (SandboxFusion's "antihack" concern).
 
-Left out on purpose: languages other than Python (the interpreter is the host's ``/usr/bin/python3``, bound
-read-only), a network allow-list (a run has no network at all), and a disk quota beyond the tmpfs sizes.
+Left out on purpose: languages other than Python (the interpreter is the host's ``/usr/bin/python3``, copied),
+a network allow-list (a run has no network at all), and a disk quota beyond the tmpfs sizes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import functools
+import hashlib
 import itertools
 import json
 import logging
@@ -170,7 +176,7 @@ class Sandbox(Protocol):
 _BOOTSTRAP = r"""
 import os, resource, sys
 prog, chan = sys.argv[1], int(sys.argv[2])
-cpu, mem, fsize, nproc, nofile, sigpending, keyctl = (int(v) for v in sys.argv[3:10])
+cpu, mem, fsize, nproc, nofile, sigpending, keyctl, lock_keys = (int(v) for v in sys.argv[3:11])
 try:
     # every limit the kernel has, set here: none passes through from the trainer
     limits = {
@@ -210,6 +216,14 @@ try:
     # a new, empty session keyring (KEYCTL_JOIN_SESSION_KEYRING, no name) instead of the trainer's
     if libc.syscall(keyctl, 1, None) < 0 and ctypes.get_errno() != 38:
         raise OSError(ctypes.get_errno(), "keyctl(KEYCTL_JOIN_SESSION_KEYRING): " + os.strerror(ctypes.get_errno()))
+    if lock_keys:  # a filter stacked on bubblewrap's: keyctl refused (EPERM) from here on, the program included
+        import struct
+        ins = [(0x20, 0, 0, 0), (0x15, 0, 1, keyctl), (0x06, 0, 0, 0x50001), (0x06, 0, 0, 0x7FFF0000)]
+        code = ctypes.create_string_buffer(b"".join(struct.pack("<HBBI", *i) for i in ins))
+        class _Prog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+        if libc.prctl(22, 2, ctypes.byref(_Prog(len(ins), ctypes.addressof(code))), 0, 0) != 0:  # PR_SET_SECCOMP
+            raise OSError(ctypes.get_errno(), "seccomp (keyctl): " + os.strerror(ctypes.get_errno()))
     os.write(chan, b"ready\n")  # before the program exists, so nothing it does can withhold it
     pid = os.fork()
 except BaseException as e:
@@ -226,12 +240,30 @@ if pid:
     os.write(chan, b"status %d\n" % status)
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 os.close(chan)
-del pid, chan, libc, limits, unset
+del pid, chan, libc, limits, unset, lock_keys
 sys.argv = [prog]
 with open(prog, "rb") as _f:
     _code = compile(_f.read(), prog, "exec")
 exec(_code, {"__name__": "__main__", "__file__": prog, "__builtins__": __builtins__})
 """
+# /proc entries that show a host-wide count a program can move or read another run's moves in (threads and forks
+# in loadavg and stat, file handles, inodes and ptys in sys/, keys per uid, locks, page and memory counters, cgroups
+# per controller, interrupts, pressure), shown as an empty file or directory; a run's own /proc/<pid> stays
+PROC_HIDDEN = ("keys", "key-users", "locks", "loadavg", "stat", "vmstat", "meminfo", "zoneinfo", "buddyinfo",
+               "pagetypeinfo", "slabinfo", "interrupts", "softirqs", "schedstat", "diskstats", "swaps", "uptime",
+               "cgroups", "timer_list", "sched_debug", "vmallocinfo", "latency_stats", "sys", "pressure")
+PROC_HIDDEN_DIRS = ("/proc/sys", "/proc/pressure")
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
+DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+             ("stderr", "/proc/self/fd/2"))
+
+
+@functools.lru_cache(maxsize=1)
+def _proc_hidden() -> tuple[str, ...]:
+    """The ``PROC_HIDDEN`` entries this kernel has (bubblewrap cannot mount over one that does not exist)."""
+    return tuple(f"/proc/{name}" for name in PROC_HIDDEN if os.path.lexists(f"/proc/{name}"))
+
+
 # pending signals of the run's uid (RLIMIT_SIGPENDING counts per user)
 SIGPENDING = 1024
 # keyctl's number, by architecture
@@ -258,62 +290,204 @@ libs = sorted({ln.split(None, 5)[5].strip() for ln in open("/proc/self/maps") if
                and ln.split(None, 5)[5].startswith("/")})
 print(json.dumps({"stdlib": [stdlib, platstdlib], "libs": libs}))
 """
-_MOUNTS: dict[tuple[str, str], list[str]] = {}
+_RUNTIMES: dict[tuple[str, str], "Runtime"] = {}
+
+# where each uid of the pool keeps its copy of the runtime: a tmpfs of its own, made at the uid's first run and kept
+# for the next one (of any trainer on this host), so that a run reads no host file and no other slot's
+RUNTIME_DIR = "/run/agon-sandbox/runtime"
+RUNTIME_STAMP = ".agon-runtime"
+RUNTIME_EMPTY = ".agon-empty"
+# parts of the standard library no judged program needs, left out of the copy: the test suite, the GUI and IDLE,
+# the installer and the build's static library (config-3.X-*/libpython3.X.a, 25 MB that nothing reads at run time)
+STDLIB_LEFT_OUT = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
+                   "dist-packages")
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MNT_DETACH = 1, 2, 4, 32, 2
 
 
-def _bind_with_links(path: str, args: list[str], bound: set[str]) -> None:
-    """Bind the file ``path`` resolves to, and recreate each symlink on the way (/usr/bin/python3 -> python3.11)."""
-    seen = 0
-    while os.path.islink(path) and seen < 40:
-        target = os.readlink(path)
-        if path not in bound:
-            args += ["--symlink", target, path]
-            bound.add(path)
-        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
-        seen += 1
-    real = os.path.realpath(path)
-    if real not in bound:
-        args += ["--ro-bind", real, real]
-        bound.add(real)
+@dataclass(frozen=True)
+class Runtime:
+    """What of the host a run needs, as a tree to copy: ``entries`` are (path, "dir" | "file" | "link", the link's
+    target), parents before children; ``tops`` the top-level names (``/usr``, ``/bin`` ...) a run sees."""
 
+    entries: tuple[tuple[str, str, str], ...]
+    tops: tuple[str, ...]
+    digest: str
+    size: int
 
-def runtime_mounts(python: str, setpriv: str) -> list[str]:
-    """bubblewrap arguments that show a run the parts of the host it needs, read-only: the interpreter and
-    ``setpriv``, the interpreter's standard library, the directories of every shared library it loads (with every
-    extension module imported), ``/usr/lib/locale``, and the top-level ``/lib*`` of the host (symlinks into /usr
-    where /usr is merged). Not ``/usr/local``, other programs, site-packages, headers or ``/usr/share``."""
-    key = (python, setpriv)
-    if key not in _MOUNTS:
-        probe = subprocess.run([python, "-I", "-S", "-c", _RUNTIME_PROBE], stdin=subprocess.DEVNULL,
-                               capture_output=True, text=True, timeout=120, env=dict(ENV_ALLOWLIST))
-        if probe.returncode != 0:
-            raise SandboxUnavailable(f"{python} could not list what it loads: {probe.stderr[-400:].strip()}")
-        info = json.loads(probe.stdout.splitlines()[-1])
-        dirs = {os.path.realpath(d) for d in info["stdlib"]}
-        dirs |= {os.path.dirname(os.path.realpath(lib)) for lib in info["libs"] if ".so" in os.path.basename(lib)}
-        dirs |= {d for d in ("/usr/lib/locale", "/usr/lib64") if os.path.isdir(d) and not os.path.islink(d)}
-        # a directory inside another one bound already comes with it
-        dirs = {d for d in dirs if not any(d != o and d.startswith(o.rstrip("/") + "/") for o in dirs)}
+    def mounts(self, root: str) -> list[str]:
+        """bubblewrap arguments that show a run the copy under ``root``, read-only: one bind per top-level
+        directory, and the top-level symlinks (``/bin -> usr/bin`` where /usr is merged)."""
+        kinds = {path: (kind, target) for path, kind, target in self.entries}
         args: list[str] = []
-        bound: set[str] = set()
-        for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
-            if os.path.islink(top):
-                args += ["--symlink", os.readlink(top), top]
-                bound.add(top)
-            elif os.path.isdir(top) and top.startswith("/lib"):  # an unmerged /lib holds the C library
-                dirs.add(top)
-        for d in sorted(dirs):
-            args += ["--ro-bind", d, d]
-            bound.add(d)
-        for exe in (python, setpriv):
-            _bind_with_links(exe, args, bound)
-        # the directories above each bind, which bubblewrap would otherwise make root-only (0700)
-        parents = {str(p) for arg in args[2::3] if arg.startswith("/") for p in Path(arg).parents if str(p) != "/"}
-        made: list[str] = []
-        for d in sorted(parents - bound):
-            made += ["--perms", "0755", "--dir", d]
-        _MOUNTS[key] = made + args
-    return list(_MOUNTS[key])
+        for top in self.tops:
+            kind, target = kinds[top]
+            args += ["--symlink", target, top] if kind == "link" else ["--ro-bind", root + top, top]
+        return args
+
+
+def _ldd(exe: str) -> set[str]:
+    """The shared libraries ``exe`` loads, as the dynamic loader resolves them (what ``ldd`` prints)."""
+    out = subprocess.run([exe], env={"LD_TRACE_LOADED_OBJECTS": "1"}, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60).stdout
+    return {os.path.realpath(m.group(1)) for m in re.finditer(r"(/\S+) \(0x", out)}
+
+
+def runtime_of(python: str, setpriv: str) -> Runtime:
+    """The runtime a run needs, found once per process: the interpreter and ``setpriv`` (with the symlinks on the
+    way to them), the interpreter's standard library (less ``STDLIB_LEFT_OUT`` and the optimized ``.pyc``), from
+    the directories of the shared libraries it maps with every extension module imported only those libraries
+    (plus ``setpriv``'s, and ``libgcc_s``, which the C library opens to end a thread), ``/usr/lib/locale``, and the
+    host's top-level ``/lib*`` and ``/bin`` symlinks. Not ``/usr/local``, other programs, site-packages, headers or
+    ``/usr/share``."""
+    key = (python, setpriv)
+    if key in _RUNTIMES:
+        return _RUNTIMES[key]
+    probe = subprocess.run([python, "-I", "-S", "-c", _RUNTIME_PROBE], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=120, env=dict(ENV_ALLOWLIST))
+    if probe.returncode != 0:
+        raise SandboxUnavailable(f"{python} could not list what it loads: {probe.stderr[-400:].strip()}")
+    info = json.loads(probe.stdout.splitlines()[-1])
+    stdlib = {os.path.realpath(d) for d in info["stdlib"]}
+    libs = {os.path.realpath(lib) for lib in info["libs"] if ".so" in os.path.basename(lib)}
+    libs |= _ldd(setpriv) | _ldd(python)
+    lib_dirs = {os.path.dirname(lib) for lib in libs}
+    for d in sorted(lib_dirs):
+        gcc = os.path.join(d, "libgcc_s.so.1")
+        if os.path.exists(gcc):
+            libs.add(os.path.realpath(gcc))
+    whole = {d for d in ("/usr/lib/locale", "/usr/lib64") if os.path.isdir(d) and not os.path.islink(d)}
+    tops: list[str] = []
+    entries: dict[str, tuple[str, str]] = {}
+
+    def add_parents(path: str) -> None:
+        for parent in reversed(Path(path).parents):
+            if str(parent) != "/" and str(parent) not in entries:
+                entries[str(parent)] = ("dir", "")
+
+    def add(path: str, kind: str, target: str = "") -> None:
+        add_parents(path)
+        entries[path] = (kind, target)
+
+    def add_with_links(path: str) -> None:
+        """``path`` and every symlink on the way to the file it names (/usr/bin/python3 -> python3.11)."""
+        for _ in range(40):
+            if not os.path.islink(path):
+                break
+            target = os.readlink(path)
+            add(path, "link", target)
+            path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+        add(os.path.realpath(path), "file")
+
+    for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
+        if os.path.islink(top):
+            entries[top] = ("link", os.readlink(top))
+    in_stdlib = lambda p: any(p == d or p.startswith(d + "/") for d in stdlib)  # noqa: E731
+    for d in sorted(stdlib | lib_dirs | whole):
+        if in_stdlib(d) and d not in stdlib:
+            continue  # comes with the standard library's directory
+        for dirpath, dirnames, filenames in os.walk(d):
+            rel_top = os.path.relpath(dirpath, d).split(os.sep)[0]
+            if d in stdlib and (rel_top in STDLIB_LEFT_OUT or rel_top.startswith("config-")):
+                dirnames[:] = []
+                continue
+            if d in stdlib or d in whole:
+                add(dirpath, "dir")
+            else:
+                dirnames[:] = []  # a library directory: only the libraries a run loads, none of its subdirectories
+            for name in sorted(filenames + [n for n in dirnames if os.path.islink(os.path.join(dirpath, n))]):
+                path = os.path.join(dirpath, name)
+                if name.endswith((".opt-1.pyc", ".opt-2.pyc")):
+                    continue
+                if d not in stdlib and d not in whole and os.path.realpath(path) not in libs:
+                    continue
+                if os.path.islink(path):
+                    add(path, "link", os.readlink(path))
+                elif os.path.isfile(path):
+                    add(path, "file")
+            dirnames[:] = [n for n in dirnames if not os.path.islink(os.path.join(dirpath, n))]
+    for lib in sorted(libs):  # a library outside the directories walked (an unmerged /lib, say)
+        if lib not in entries:
+            add_with_links(lib)
+    for exe in (python, setpriv):
+        add_with_links(exe)
+    for path in sorted(entries):
+        top = "/" + path.split("/")[1]
+        if top not in tops:
+            tops.append(top)
+    ordered = tuple((path, *entries[path]) for path in sorted(entries))
+    digest, size = hashlib.sha256(f"layout 1 {RUNTIME_EMPTY}\n".encode()), 0
+    for path, kind, target in ordered:
+        st = os.lstat(path) if kind != "dir" else None
+        if kind == "file":
+            size += st.st_size
+        digest.update(f"{path}\0{kind}\0{target}\0{st.st_size if st else 0}\0{st.st_mtime_ns if st else 0}\n"
+                      .encode("utf-8", "surrogateescape"))
+    _RUNTIMES[key] = Runtime(ordered, tuple(tops), digest.hexdigest(), size)
+    return _RUNTIMES[key]
+
+
+def _mount_call(*args) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = libc.umount2 if len(args) == 2 else libc.mount
+    if fn(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{'umount2' if len(args) == 2 else 'mount'}{args[:2]}: {os.strerror(err)}")
+
+
+def slot_runtime(runtime: Runtime, uid: int, base: str = RUNTIME_DIR) -> str:
+    """The root of uid ``uid``'s copy of ``runtime``: a tmpfs of its own, read-only, made (or remade, when the
+    host's runtime changed) here. Called while the uid's slot lock is held, so no other run of any trainer uses
+    the copy while it is made."""
+    root = os.path.join(base, f"uid-{uid}")
+    stamp = os.path.join(root, RUNTIME_STAMP)
+    with contextlib.suppress(OSError):
+        with open(stamp) as f:
+            if os.path.ismount(root) and f.read() == runtime.digest:
+                return root
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    os.makedirs(root, mode=0o755, exist_ok=True)
+    for _ in range(8):  # a stale copy, or copies stacked by a trainer that died while making one
+        if not os.path.ismount(root):
+            break
+        _mount_call(root.encode(), _MNT_DETACH)
+    size = f"size={runtime.size + (4 << 20)},mode=0755"
+    flags = _MS_NOSUID | _MS_NODEV
+    try:  # noswap (Linux 6.4+): its pages never leave memory, so no run can tell whether another touched them
+        _mount_call(b"tmpfs", root.encode(), b"tmpfs", flags, f"{size},noswap".encode())
+    except OSError:
+        _mount_call(b"tmpfs", root.encode(), b"tmpfs", flags, size.encode())
+    try:
+        for path, kind, target in runtime.entries:
+            dest = root + path
+            if kind == "dir":
+                os.makedirs(dest, mode=0o755, exist_ok=True)
+            elif kind == "link":
+                os.symlink(target, dest)
+            else:
+                shutil.copy2(path, dest)
+                os.chown(dest, 0, 0)
+        with open(os.path.join(root, RUNTIME_EMPTY), "w"):  # what a run sees in place of a hidden /proc file
+            pass
+        with open(stamp, "w") as f:
+            f.write(runtime.digest)
+        # read-only for the host too. A child that another thread forks holds a copied file open for writing until
+        # it execs (EBUSY): tried again a while, and else left writable, which no run sees (its binds are --ro-bind)
+        give_up = time.monotonic() + 1.0
+        while True:
+            try:
+                _mount_call(b"tmpfs", root.encode(), b"tmpfs", flags | _MS_REMOUNT | _MS_RDONLY, None)
+                break
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > give_up:
+                    break
+                time.sleep(0.01)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _mount_call(root.encode(), _MNT_DETACH)
+        raise
+    return root
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -456,12 +630,14 @@ class LocalSandbox:
             isolated = self._isolation == ISOLATION_BWRAP and self.slots is not None
             with self.slots.claim() if isolated else contextlib.nullcontext() as uid:
                 try:
+                    # the uid's own copy of the runtime; made here at the uid's first run, while its lock is held
+                    runtime_root = slot_runtime(runtime_of(self.python, self.setpriv), uid) if isolated else None
                     workdir = self._make_workdir(req)
                     if self.cgroups is not None:
                         name = f"run-{os.getpid()}-{next(self._runs)}"
                         group = self.cgroups.create(name, (req.memory_mb + 2 * INTERPRETER_MB) << 20,
                                                     req.max_processes + 4)
-                    return self._execute(req, workdir, uid, group, t0)
+                    return self._execute(req, workdir, uid, group, t0, runtime_root)
                 finally:
                     if group is not None and not group.kill_all():
                         log.error("sandbox: processes of %s survived SIGKILL", group.dirs)
@@ -487,10 +663,10 @@ class LocalSandbox:
         return workdir
 
     def _command(self, req: RunRequest, workdir: str, uid: int | None, group: RunCgroup | None, seccomp_fd: int,
-                 chan: int) -> list[str]:
+                 chan: int, runtime_root: str | None = None) -> list[str]:
         limits = [max(1, math.ceil(req.time_limit_s)), (req.memory_mb + INTERPRETER_MB) << 20, req.max_file_mb << 20,
                   req.max_processes + 1, req.max_open_files, SIGPENDING,  # + 1: the monitor
-                  KEYCTL_NR.get(platform.machine(), -1)]
+                  KEYCTL_NR.get(platform.machine(), -1), int(self._isolation == ISOLATION_BWRAP)]
         join = []
         if group is not None:  # the shell joins the run's cgroup, then becomes bwrap: every process is counted
             join = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 120; shift; done; shift; '
@@ -503,8 +679,19 @@ class LocalSandbox:
                "--unshare-cgroup-try", "--hostname", "sandbox"]
         if not self.network:
             cmd.append("--unshare-net")
-        cmd += runtime_mounts(self.python, self.setpriv)
-        cmd += ["--proc", "/proc", "--dev", "/dev"]
+        cmd += runtime_of(self.python, self.setpriv).mounts(runtime_root)
+        cmd += ["--proc", "/proc"]
+        # host-wide counters a program could move or count (see PROC_HIDDEN): an empty file or directory instead
+        for path in _proc_hidden():
+            cmd += ["--ro-bind", f"{runtime_root}/{RUNTIME_EMPTY}", path] if path not in PROC_HIDDEN_DIRS else \
+                ["--perms", "0555", "--size", "4096", "--tmpfs", path, "--remount-ro", path]
+        # a /dev of the character devices a program uses, and no more: bubblewrap's --dev has a devpts and ptmx,
+        # whose ptys come from the host's pool (kernel.pty.max), and /dev/tty
+        cmd += ["--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
+        for node in DEV_NODES:
+            cmd += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+        for link, target in DEV_LINKS:
+            cmd += ["--symlink", target, f"/dev/{link}"]
         for tmpfs in ("/dev/shm", "/tmp", "/work"):
             cmd += ["--perms", "1777", "--size", size, "--tmpfs", tmpfs]
         for name in sorted(os.listdir(workdir)):
@@ -518,14 +705,14 @@ class LocalSandbox:
         return join + cmd + [str(v) for v in limits]
 
     def _execute(self, req: RunRequest, workdir: str, uid: int | None, group: RunCgroup | None,
-                 t0: float) -> RunResult:
+                 t0: float, runtime_root: str | None = None) -> RunResult:
         seccomp_fd = os.memfd_create("agon-seccomp", 0)
         os.write(seccomp_fd, seccomp_filter() if self._isolation == ISOLATION_BWRAP else b"")
         os.lseek(seccomp_fd, 0, os.SEEK_SET)
         chan_r, chan_w = os.pipe()
         try:
             proc = subprocess.Popen(
-                self._command(req, workdir, uid, group, seccomp_fd, chan_w),
+                self._command(req, workdir, uid, group, seccomp_fd, chan_w, runtime_root),
                 cwd=workdir, env=dict(ENV_ALLOWLIST), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True, close_fds=True, pass_fds=(seccomp_fd, chan_w))
         finally:

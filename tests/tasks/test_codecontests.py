@@ -9,11 +9,21 @@ from pathlib import Path
 import pytest
 
 from agon.tasks import Problem, build_task
-from agon.tasks.codecontests import CodeContestsTask, extract_code, outputs_match, stated_tolerance, to_problem
+from agon.tasks.codecontests import (
+    CodeContestsTask,
+    extract_code,
+    outputs_match,
+    stated_any_case,
+    stated_tolerance,
+    to_problem,
+)
 from agon.tasks.deepmath import DatasetUnavailableError
 from agon.tasks.sandbox import RunRequest, RunResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "codecontests.jsonl"
+# five Codeforces problems with their statements' samples: four whose answer is a word in a case the statement
+# fixes (281A, 131A, 59A, 118A), one whose answer is YES/NO (4A)
+CASE_FIXTURE = Path(__file__).parent / "fixtures" / "codecontests_case.jsonl"
 EASY = {"codecontests/1_A. Sum of Two", "codecontests/2_A. Mean Value", "codecontests/EVENODD"}
 
 
@@ -119,7 +129,8 @@ def test_recap_drops_the_final_program(task):
     [
         ("3\n", "3", True),
         ("1 2\n3 4\n", "  1\t2 3\n\n4 ", True),  # whitespace is only a separator
-        ("YES\n", "yes\n", True),  # case-insensitive
+        ("YES\n", "yes\n", True),  # yes/no answers in any case
+        ("Konjac\n", "konjac\n", False),  # any other word in its own case only
         ("2.500000\n", "2.5\n", True),  # a non-integer expected number: within 1e-6 (absolute or relative)
         ("1.3333333\n", "1.333333\n", True),
         ("1.3333333\n", "1.33333\n", False),  # 3.3e-6 off: passed the old 1e-5 matcher
@@ -219,7 +230,8 @@ def test_the_tolerance_is_decided_exactly_where_binary_floats_would_decide_wrong
 def test_the_tolerance_is_an_argument_and_a_word_matches_only_itself():
     assert outputs_match("0.5", "0.50009", 1e-4) and not outputs_match("0.5", "0.50011", 1e-4)
     assert outputs_match("0.5", "0.5000", 0) and not outputs_match("0.5", "0.5000001", 0)
-    assert outputs_match("nan", "NaN") and not outputs_match("nan", "nan0") and not outputs_match("inf", "infinity")
+    assert outputs_match("nan", "nan") and not outputs_match("nan", "NaN")  # a word, in its own case
+    assert not outputs_match("nan", "nan0") and not outputs_match("inf", "infinity")
     assert not outputs_match("0.5", "0.50001", float("nan"))  # a bad tolerance is a mismatch, never a raise
 
 
@@ -256,7 +268,8 @@ def test_an_exponent_past_decimals_range_is_wrong_not_an_error():
         ("1 2\n", "1\u20282\n", False),
         ("1 2\n", "1\u30002\n", False),
         ("1 2\n", "1 2\u00a0\n", False),  # a trailing non-ASCII space is part of the last token
-        ("a\u00a0b\n", "A\u00a0B\n", True),  # the same token; ASCII letters in any case
+        ("a\u00a0b\n", "a\u00a0b\n", True),  # the same token
+        ("a\u00a0b\n", "A\u00a0B\n", False),  # letter case is part of the token
         ("\u00e9\n", "\u00c9\n", False),  # only ASCII letters fold
         ("", "", True),
         ("", "\n \n", True),
@@ -452,3 +465,97 @@ def test_a_program_writing_bytes_that_are_not_utf8_is_wrong_in_the_real_sandbox(
     bad, good = task.verify([problem, problem], [raw, text])
     assert (bad.status, bad.correct, bad.detail) == ("wrong", False, "test 1/1 (public): output is not UTF-8")
     assert (good.status, good.correct) == ("ok", True)  # the same text, written as UTF-8
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# letter case: exact, as testlib's wcmp, except yes/no answers and statements that allow any case
+
+
+@pytest.mark.parametrize(
+    "expected, actual, fold, ok",
+    [
+        ("Konjac\n", "konjac\n", False, False),
+        ("Konjac\n", "Konjac\n", False, True),
+        (".c.d.f.r.c.s\n", ".C.d.f.r.c.s\n", False, False),
+        ("YES\n", "yes\n", False, True),  # testlib's yesno: any case
+        ("NO\n", "nO\n", False, True),
+        ("Yes 3\nabc\n", "YES 3\nabc\n", False, True),  # the yes/no token folds ...
+        ("Yes 3\nabc\n", "YES 3\nABC\n", False, False),  # ... and only that one
+        ("YES\n", "yess\n", False, False),
+        ("Alice\n", "ALICE\n", True, True),  # the statement allows any case: every token folds
+        ("Alice\n", "Bob\n", True, False),
+        ("\u00e9\n", "\u00c9\n", True, False),  # ASCII letters only
+        ("1.5\n", "1.5E0\n", False, True),  # numbers compare by value, whatever the exponent's letter
+    ],
+)
+def test_tokens_compare_in_their_own_case_except_yes_no_and_where_the_statement_allows_any(expected, actual, fold,
+                                                                                          ok):
+    assert outputs_match(expected, actual, fold_case=fold) is ok
+
+
+@pytest.mark.parametrize(
+    "statement, any_case",
+    [
+        ("Print the name of the winner. You can print each letter in any case (upper or lower).", True),
+        ("You may print letters in arbitrary case.", True),
+        ("Output the answer in any register.", True),
+        ("The checker is case-insensitive.", True),
+        ("Letter case does not matter.", True),
+        ("Print Alice or Bob. The case of the letters does not matter.", True),
+        ("Uppercase and lowercase letters are considered the same.", True),
+        # a permission about the yes/no answers only: they fold anyway, the rest of the output stays exact
+        ('Print "YES" or "NO". You can output the answer in any case (for example, the strings "yEs", "yes", "Yes" '
+         'and "YES" will be recognized as a positive answer).', False),
+        ("You can print YES and NO in any case.", False),
+        # the idiom, and statements that say nothing about case
+        ("In any case, print -1.", False),
+        ("If there are several answers, print any. In this case the order does not matter.", False),
+        ("Output the given word after capitalization.", False),
+        ("Replace all uppercase consonants with corresponding lowercase ones.", False),
+        ("", False),
+    ],
+)
+def test_a_statement_that_allows_any_case(statement, any_case):
+    assert stated_any_case(statement) is any_case
+
+
+def test_only_a_statement_that_allows_any_case_folds_every_token(compose_task):
+    cfg = compose_task("codecontests")
+    row = {"name": "1_A. Winner", "description": "Print the winner. You can print each letter in any case.",
+           "public_tests": {"input": ["1\n"], "output": ["Alice\n"]}}
+    assert to_problem(row, cfg).meta["fold_case"] is True
+    assert "fold_case" not in to_problem({**row, "description": "Print the winner."}, cfg).meta
+
+
+@pytest.fixture
+def case_task(compose_task):
+    t = build_task(compose_task("codecontests", f"source={CASE_FIXTURE}", "heldout_size=0", "time_limit_s=1"))
+    yield t
+    t.close()
+
+
+def test_a_program_that_skips_the_problems_case_handling_is_wrong_and_yes_still_answers_yes(case_task):
+    """Every token was compared in lower case: ``print(input())`` passed 281A, 131A and 59A on their samples, and
+    118A passed without its lowercasing step. Each is wrong now, its right twin is right, and a yes/no problem
+    still takes ``yes`` for ``YES``."""
+    echo = "print(input())"
+    cases = [
+        ("281_A. Word Capitalization", echo, "wrong"),
+        ("281_A. Word Capitalization", "s = input()\nprint(s[0].upper() + s[1:])", "ok"),
+        ("131_A. cAPS lOCK", echo, "wrong"),
+        ("131_A. cAPS lOCK", "s = input()\nprint(s.swapcase() if s[1:] == s[1:].upper() else s)", "ok"),
+        ("59_A. Word", echo, "wrong"),
+        ("59_A. Word", "s = input()\nu = sum(c.isupper() for c in s)\nprint(s.upper() if u > len(s) - u else "
+                       "s.lower())", "ok"),
+        ("118_A. String Task", "print(''.join('.' + c for c in input() if c.lower() not in 'aoyeui'))", "wrong"),
+        ("118_A. String Task", "print(''.join('.' + c for c in input().lower() if c not in 'aoyeui'))", "ok"),
+        ("4_A. Watermelon", "w = int(input())\nprint('yes' if w % 2 == 0 and w > 2 else 'no')", "ok"),
+        ("4_A. Watermelon", "w = int(input())\nprint('Yes' if w % 2 == 1 else 'No')", "wrong"),
+    ]
+    problems = [by_name(case_task, name) for name, _, _ in cases]
+    assert not any(p.meta.get("fold_case") for p in problems)  # none of these statements allows any case
+    verdicts = case_task.verify(problems, [answer(code) for _, code, _ in cases])
+    for (name, code, status), v in zip(cases, verdicts):
+        assert v.status == status, (name, code, v)
+    assert verdicts[0].detail == "test 2/2 (hidden): wrong answer"  # "konjac" for "Konjac"
+    assert verdicts[6].detail == "test 2/3 (hidden): wrong answer"  # ".C.d.f.r.c.s" for ".c.d.f.r.c.s"
