@@ -406,6 +406,8 @@ class LoggerConfig:
     tags: list = field(default_factory=list)
     # rollouts logged as a table at each evaluation
     table_rows: int = 16
+    # the final adapters uploaded as a W&B model artifact (logger=wandb)
+    artifacts: bool = True
 
 
 @dataclass

@@ -24,6 +24,27 @@ from agon.loggers import LOGGERS, Logger
 from agon.run_files import jsonable, read_jsonl, write_json_atomic, write_text_atomic
 
 
+# a role's metrics that are also logged per adapter (``per_adapter``)
+ADAPTER_METRICS = ("accuracy", "reward/mean", "completion_tokens", "entropy", "kl", "loss", "clip_ratio/region_mean",
+                   "advantages/std")
+
+
+def per_adapter(metrics: dict[str, Any], players: dict[str, str | None]) -> dict[str, Any]:
+    """``role/<role>/<m>`` of a step again as ``adapter/<name>/<role>/<m>`` for the adapter ``players`` says played
+    the role (``ADAPTER_METRICS`` only; the base model, None, has none). Under ``rotation=alternate`` the roles
+    swap adapters every step, so a ``role/drafter/*`` curve jumps between A and B; an ``adapter/A/drafter/*`` curve
+    follows A alone (a point every other step)."""
+    out = {}
+    for role, adapter in players.items():
+        if adapter is None:
+            continue
+        for name in ADAPTER_METRICS:
+            value = metrics.get(f"role/{role}/{name}")
+            if value is not None:
+                out[f"adapter/{adapter}/{role}/{name}"] = value
+    return out
+
+
 def build_logger(cfg: DictConfig, run_dir: Path) -> Logger:
     """The logger named by ``cfg.logger.name``; a failing one becomes the null logger with a warning."""
     name = cfg.logger.name

@@ -152,7 +152,8 @@ class Trainer:
         as shares of the whole batch (summed over ranks, they are the whole batch's), and, when the engine gave its
         log-probs, the sampler mismatch (``grpo.sampler_mismatch``)."""
         t, device = self.t, self.policies.device
-        stats = dict.fromkeys(("loss", "clip_ratio/low", "clip_ratio/high", "kl"), 0.0)
+        stats = dict.fromkeys(("loss", "clip_ratio/low", "clip_ratio/high", "kl", "entropy", "advantages/mean",
+                               "advantages/square"), 0.0)
         with self.policies.use_adapter(batch.adapter):
             # rows sorted by length, the longest alone: the loss's normalisers are the whole batch's, so neither
             # the grouping nor the order of micro-batches changes it beyond the order of float sums
@@ -181,6 +182,13 @@ class Trainer:
                 stats["loss"] += loss.item()
                 stats["clip_ratio/low"] += masked_mean(terms.low_clipped.float(), mask) * share
                 stats["clip_ratio/high"] += masked_mean(terms.high_clipped.float(), mask) * share
+                # mean -log p of the sampled tokens: a Monte Carlo estimate of the policy's per-token entropy
+                # (the tokens were drawn from it), without the full-vocabulary logits TRL computes its entropy from
+                stats["entropy"] += masked_mean(-logps.detach(), mask) * share
+                # per row, as shares of the whole batch's rows (update turns the two into a mean and a std)
+                advantages = mb.advantages.double()
+                stats["advantages/mean"] += float(advantages.sum()) / max(batch.batch_rows, 1)
+                stats["advantages/square"] += float((advantages ** 2).sum()) / max(batch.batch_rows, 1)
                 if terms.kl is not None:
                     stats["kl"] += masked_mean(terms.kl.detach(), mask) * share
         return stats
@@ -235,6 +243,12 @@ class Trainer:
             summed = torch.tensor([terms[role][k] for role, k in keys], dtype=torch.float64)
             self.ranks.sum_([summed])
             stats |= {f"role/{role}/{k}": float(v) for (role, k), v in zip(keys, summed)}
+            for role in terms:  # TRL's clip_ratio/region_mean: the tokens where either clip was active
+                stats[f"role/{role}/clip_ratio/region_mean"] = (stats[f"role/{role}/clip_ratio/low"]
+                                                                + stats[f"role/{role}/clip_ratio/high"])
+                # the advantages' std over the whole batch from their mean and mean square (population std)
+                mean, square = stats[f"role/{role}/advantages/mean"], stats.pop(f"role/{role}/advantages/square")
+                stats[f"role/{role}/advantages/std"] = max(square - mean * mean, 0.0) ** 0.5
             for share in self.ranks.gather(extreme):  # max and min over the ranks
                 merge_stats(stats, share)
             norms = self.reduce_and_clip(trained)
@@ -271,6 +285,12 @@ class Trainer:
         }
         if len(self.policies.adapters) > 1:
             metrics["train/divergence"] = self.policies.divergence(*self.policies.adapters[:2])
+        from agon.recorder import per_adapter
+
+        metrics |= per_adapter(metrics, {"drafter": game.drafter, "challenger": game.challenger})
+        if torch.device(self.policies.device).type == "cuda":  # verl's names: the peak since the start, in GiB
+            metrics["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated(self.policies.device) / 2**30
+            metrics["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved(self.policies.device) / 2**30
         self.recorder.log_metrics(metrics, self.state.step)
         pause_point("step", self.state.step)
         self.recorder.log_rollouts(self._sample_rows(game, rewards, limit=4), self.state.step)

@@ -1,19 +1,23 @@
 """W&B mirror of a run's records (``logger=wandb``, the default). The run directory stays the source of truth.
 
-What one run becomes in W&B (the conventions of W&B's own sweep and grouping guides):
+What one run becomes in W&B (the conventions of W&B's own sweep and grouping guides), so that grouping runs by
+``group`` then ``job_type`` draws one line per cell with a band over its seeds:
     project   ``logger.project`` ("agon"); entity ``logger.entity`` or W&B's default
     group     ``logger.group`` if set, else the sweep (multirun) name such as ``2026-11-30/10-00-00``,
               else ``experiment``; cells x seeds of one sweep aggregate in one group
-    name      the cell's overrides (Hydra's ``override_dirname``, e.g. ``exchange=visible,reward=competitive``),
+    job_type  the cell: the run's overrides without its seed (``exchange=visible,reward=competitive``), ``train``
+              for a run without overrides; cut to 64 characters with a hash where longer
+    name      the cell's overrides (Hydra's ``override_dirname``, e.g. ``exchange=visible,reward=competitive,seed=1``),
               else the run directory's name
-    job_type  ``train``
-    tags      ``method=..``, ``reward=..``, ``exchange=..``, ``rotation=..``, ``init=..``, ``task=..``, and
-              ``logger.tags``
+    tags      ``method=..``, ``reward=..``, ``exchange=..``, ``rotation=..``, ``init=..``, ``task=..``, ``model=..``,
+              ``seed=..``, ``experiment=..`` (when set), ``span=..`` (latent exchange), and ``logger.tags``
     config    the resolved Hydra config;  dir: the run directory (W&B writes ``<run_dir>/wandb/``)
     history   every ``metrics.jsonl`` row, plotted against ``train/step`` (``define_metric("*", step_metric=...)``)
     tables    sample rollouts at each evaluation under ``rollouts/step_000040`` (one key per step, so none is
               overwritten), at most ``logger.table_rows`` rows
     summary   ``summary.json`` without its ``config`` (already the run's config)
+    artifact  the final adapters (``<run_dir>/adapters``) as a ``model`` artifact ``adapters-<run id>``, when the
+              summary is written and ``logger.artifacts`` is true (the default)
 
 Mode: ``logger.mode`` if set; else ``WANDB_MODE`` from the environment; else online when an API key is found
 (``WANDB_API_KEY``, an identity token file, or a ``~/.netrc`` entry) and offline with a one-line notice when
@@ -24,13 +28,19 @@ warns and logs locally only. Several runs in one process (Hydra's basic launcher
 (``reinit="create_new"``), and each is finished with its exit code, a failed cell's too.
 
 A run directory keeps its W&B run id (``wandb_run_id``), so a resumed run (the same command again, a requeued
-SLURM job) continues the same W&B run (``resume="allow"``); its steps after the checkpoint are logged again.
+SLURM job) continues the same W&B run (``resume="allow"``). It also keeps, in ``wandb_logged.json``, the last
+``train/step`` it sent W&B of each kind of row (training, evaluation, rollout table): a resumed run recomputes the
+steps after its checkpoint, and sends W&B only rows past those marks, so W&B's history holds each step once
+(offline too, where W&B itself cannot know what an earlier process logged). A recomputed row keeps the values W&B
+got first; ``metrics.jsonl`` holds the recomputed ones.
 
-Left out on purpose: uploading checkpoints as artifacts.
+Left out on purpose: checkpoints as artifacts (gigabytes per run for what ``trainer.resume`` already covers
+locally) and W&B's ``resume_from`` rewind (online only, and it forks the history rather than keeping it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import netrc
@@ -60,7 +70,14 @@ TAG_KEYS = (
     ("rotation", "rotation.mode"),
     ("init", "init.mode"),
     ("task", "task.name"),
+    ("model", "model.name"),
+    ("seed", "seed"),
+    ("experiment", "experiment"),
 )
+# what the run has sent W&B: the last train/step of each kind of row (see the module docstring)
+LOGGED = "wandb_logged.json"
+# W&B's limit on a tag, used for job_type too
+MAX_NAME = 64
 # rollout columns shown first in the W&B table; any other key follows in first-seen order
 ROLLOUT_COLUMNS = (
     "problem_id",
@@ -96,6 +113,18 @@ def _hydra_config() -> Any | None:
 
 def run_names(cfg: DictConfig, run_dir: Path) -> tuple[str | None, str]:
     """The W&B ``(group, name)`` of a run: see the module docstring."""
+    group, name, _ = _names(cfg, run_dir)
+    return group, name
+
+
+def run_job_type(cfg: DictConfig, run_dir: Path) -> str:
+    """The W&B ``job_type`` of a run: its cell (``cell_job_type`` of its overrides), ``train`` for a run whose name
+    is not its overrides (a single run's timestamped directory)."""
+    _, name, from_overrides = _names(cfg, run_dir)
+    return cell_job_type(name) if from_overrides else "train"
+
+
+def _names(cfg: DictConfig, run_dir: Path) -> tuple[str | None, str, bool]:
     hc = _hydra_config()
     sweep_dir: Path | None = None
     override_dirname = ""
@@ -110,12 +139,47 @@ def run_names(cfg: DictConfig, run_dir: Path) -> tuple[str | None, str]:
         group = sweep_name(sweep_dir)
     if not group:
         group = OmegaConf.select(cfg, "experiment", default=None)
-    name = override_dirname
+    name, from_overrides = override_dirname, bool(override_dirname)
     if not name:
         name = run_dir.name
         if sweep_dir is not None:  # a multirun cell dir is <job.num>_<override_dirname>
-            name = re.sub(r"^\d+_", "", name) or name
-    return (str(group) if group else None), name
+            name, from_overrides = re.sub(r"^\d+_", "", name) or name, True
+    return (str(group) if group else None), name, from_overrides
+
+
+def _split_overrides(name: str) -> list[str]:
+    """``a=1,b=[x,y],c=2`` -> ``["a=1", "b=[x,y]", "c=2"]``: commas inside brackets or quotes stay."""
+    parts, depth, quote, current = [], 0, "", ""
+    for ch in name:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        current += ch
+    return [p for p in [*parts, current] if p]
+
+
+def _short(text: str) -> str:
+    """``text`` if it fits W&B's 64 characters, else its head and a hash of the whole (distinct texts stay distinct)."""
+    if len(text) <= MAX_NAME:
+        return text
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+    return f"{text[: MAX_NAME - 9]}~{digest}"
+
+
+def cell_job_type(name: str) -> str:
+    """The W&B ``job_type`` of a run named ``name``: its overrides less the seed (every seed of a cell shares it),
+    ``train`` when nothing is left."""
+    parts = [p for p in _split_overrides(name) if p.lstrip("+~").split("=", 1)[0] != "seed"]
+    return _short(",".join(parts)) if parts else "train"
 
 
 def run_tags(cfg: DictConfig) -> list[str]:
@@ -124,9 +188,11 @@ def run_tags(cfg: DictConfig) -> list[str]:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None:
             tags.append(f"{prefix}={value}")
+    if str(OmegaConf.select(cfg, "exchange.mode", default="")).startswith("latent"):
+        tags.append(f"span={OmegaConf.select(cfg, 'exchange.span', default=None)}")
     tags += [str(t) for t in (OmegaConf.select(cfg, "logger.tags", default=None) or [])]
     # W&B rejects tags over 64 characters; keep order, drop repeats
-    return list(dict.fromkeys(t[:64] for t in tags))
+    return list(dict.fromkeys(_short(t) for t in tags))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -185,32 +251,76 @@ def _cell(value: Any) -> Any:
     return json.dumps(value)
 
 
-class WandbLogger(Logger):
-    """Mirrors a Recorder into one W&B run. Construct it through ``build_logger(cfg, run_dir)``."""
+def row_kind(row: Mapping[str, Any]) -> str:
+    """``eval`` for an evaluation's metrics row (it holds ``eval/accuracy``, as ``Recorder.resume_from`` tells them
+    apart), ``train`` for any other."""
+    return "eval" if "eval/accuracy" in row else "train"
 
-    def __init__(self, run: Any, table_rows: int = 16):
+
+class WandbLogger(Logger):
+    """Mirrors a Recorder into one W&B run. Construct it through ``build_logger(cfg, run_dir)``.
+
+    With ``run_dir``, rows at or before the ``train/step`` that ``wandb_logged.json`` records for their kind are
+    not sent again (a resumed run; the module docstring)."""
+
+    def __init__(self, run: Any, table_rows: int = 16, run_dir: Path | None = None, artifacts: bool = False):
         self.run = run
         self.table_rows = table_rows
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.artifacts = artifacts
         self._finished = False
+        self.logged: dict[str, int] = {}
+        if self.run_dir is not None and (self.run_dir / LOGGED).exists():
+            try:
+                self.logged = {k: int(v) for k, v in json.loads((self.run_dir / LOGGED).read_text()).items()}
+            except (ValueError, AttributeError):  # a torn file: resend rather than lose rows
+                self.logged = {}
         run.define_metric("train/step")
         run.define_metric("*", step_metric="train/step")
+
+    def _new(self, kind: str, step: int) -> bool:
+        return step > self.logged.get(kind, -1)
+
+    def _sent(self, kind: str, step: int) -> None:
+        self.logged[kind] = step
+        if self.run_dir is not None:
+            from agon.run_files import write_text_atomic
+
+            write_text_atomic(self.run_dir / LOGGED, json.dumps(self.logged, sort_keys=True))
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         row = {k: v for k, v in metrics.items() if v is not None}
         row["train/step"] = step
+        kind = row_kind(row)
+        if not self._new(kind, step):
+            return
         self.run.log(row)
+        self._sent(kind, step)
 
     def log_rollouts(self, rows: list[dict[str, Any]], step: int) -> None:
         rows = rows[: self.table_rows]
-        if not rows:
+        if not rows or not self._new("rollouts", step):
             return
         keys = [c for c in ROLLOUT_COLUMNS if any(c in r for r in rows)]
         keys += [k for k in dict.fromkeys(k for r in rows for k in r) if k not in keys and k != "step"]
         table = wandb.Table(columns=keys, data=[[_cell(r.get(k)) for k in keys] for r in rows])
         self.run.log({"train/step": step, f"rollouts/step_{step:06d}": table})
+        self._sent("rollouts", step)
 
     def log_summary(self, summary: dict[str, Any]) -> None:
         self.run.summary.update({k: v for k, v in summary.items() if k != "config" and v is not None})
+        if self.artifacts and self.run_dir is not None:
+            self.log_adapters(self.run_dir / "adapters")
+
+    def log_adapters(self, directory: Path) -> None:
+        """The final adapters as a ``model`` artifact named after the run (its versions are the run's restarts)."""
+        if not directory.is_dir() or not any(directory.iterdir()):
+            return
+        artifact = wandb.Artifact(f"adapters-{self.run.id}", type="model",
+                                  metadata={"run_dir": str(self.run_dir),
+                                            "adapters": sorted(p.name for p in directory.iterdir() if p.is_dir())})
+        artifact.add_dir(str(directory))
+        self.run.log_artifact(artifact, aliases=["final"])
 
     def finish(self, exit_code: int = 0) -> None:
         if not self._finished:
@@ -222,6 +332,7 @@ def _init(cfg: DictConfig, run_dir: Path, mode: str | None) -> Any:
     from agon.run_files import WANDB_RUN_ID, write_text_atomic
 
     group, name = run_names(cfg, run_dir)
+    job_type = run_job_type(cfg, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     id_file = run_dir / WANDB_RUN_ID
     run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]
@@ -233,7 +344,7 @@ def _init(cfg: DictConfig, run_dir: Path, mode: str | None) -> Any:
         entity=cfg.logger.entity,
         group=group,
         name=name,
-        job_type="train",
+        job_type=job_type,
         tags=run_tags(cfg),
         config=_plain_config(cfg),
         dir=str(run_dir),
@@ -264,4 +375,5 @@ def wandb_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger:
             "(upload later with `wandb sync`)"
         )
         run = _init(cfg, run_dir, "offline")
-    return WandbLogger(run, table_rows=int(cfg.logger.table_rows))
+    return WandbLogger(run, table_rows=int(cfg.logger.table_rows), run_dir=run_dir,
+                       artifacts=bool(OmegaConf.select(cfg, "logger.artifacts", default=True)))

@@ -336,6 +336,7 @@ NOT_COMPUTED: dict[str, str] = {
     "logger.mode": "whether W&B logs online or offline",
     "logger.group": "the W&B group of the run",
     "logger.tags": "the W&B tags of the run",
+    "logger.artifacts": "whether the final adapters are also uploaded to W&B as an artifact",
     "experiment": "a label (summary.json, the W&B group); the preset chosen with experiment=<name> changes other "
                   "keys, each mapped on its own",
     "output_dir": "where the run's files go, not what they hold",

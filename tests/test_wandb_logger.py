@@ -109,7 +109,8 @@ def test_offline_run_writes_its_files_and_metric_keys(tmp_path):
     logger = build_logger(cfg, run_dir)
     assert isinstance(logger, wl.WandbLogger)
     run = logger.run
-    assert run.offline and run.project == "agon" and run.job_type == "train"
+    # job_type: the cell, so that W&B groups its seeds (the overrides less the seed)
+    assert run.offline and run.project == "agon" and run.job_type == "exchange=visible,reward=competitive"
     assert run.group == "2026-11-30/10-00-00" and run.name == "exchange=visible,reward=competitive"
     assert set(run.tags) == {
         "method=agon",
@@ -118,6 +119,8 @@ def test_offline_run_writes_its_files_and_metric_keys(tmp_path):
         "rotation=alternate",
         "init=divergent",
         "task=arithmetic",
+        f"model={cfg.model.name}",
+        f"seed={cfg.seed}",
         "smoke",
     }
     assert run.config["trainer"]["temperature"] == cfg.model.temperature  # resolved interpolation
@@ -151,6 +154,7 @@ def test_no_api_key_runs_offline_with_a_notice(tmp_path, monkeypatch, caplog):
     notices = [r.getMessage() for r in caplog.records if r.name == "agon.wandb_logger"]
     assert len(notices) == 1 and "no API key" in notices[0] and "\n" not in notices[0]
     assert logger.run.offline and logger.run.name == "10-00-00" and not logger.run.group
+    assert logger.run.job_type == "train"  # a single run's directory name is no cell
     logger.finish()
 
 
@@ -238,6 +242,14 @@ def test_wandb_is_the_default_logger():
     cfg = _cfg()
     assert cfg.logger.name == "wandb" and cfg.logger.project == "agon" and cfg.logger.mode is None
     assert OmegaConf.select(cfg, "logger.table_rows") == 16
+
+
+def test_job_type_is_the_cell_without_its_seed():
+    assert wl.cell_job_type("exchange=hidden,seed=1") == "exchange=hidden"
+    assert wl.cell_job_type("seed=2,+trainer.x=[1,2],reward=cooperative") == "+trainer.x=[1,2],reward=cooperative"
+    assert wl.cell_job_type("seed=3") == "train"
+    long = ",".join(f"trainer.key{i}=value{i}" for i in range(8))
+    assert len(wl.cell_job_type(long)) == 64 and wl.cell_job_type(long) != wl.cell_job_type(long + "0")
 
 
 def test_names_from_hydra_inside_a_multirun(tmp_path, monkeypatch):
