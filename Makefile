@@ -64,7 +64,7 @@ $(VLLM_STAMP):
 vllm-install: $(VLLM_STAMP) ## the vLLM environment for generation.engine=vllm (.venv-vllm; worker placement)
 
 bases: install ## rebuild the shipped offline worlds on this machine (bases/, their sha256 in bases/manifest.json)
-	$(PY) -m agon.world --ship $(ARGS)
+	$(PY) -m agon.bases --ship $(ARGS)
 
 run: install ## run the default job (Agon on the offline world)
 	$(PY) -m agon.run $(ARGS)
@@ -73,7 +73,10 @@ run-ddp: install ## the default job across NPROC processes (accelerate launch; N
 	$(VENV)/bin/accelerate launch --multi_gpu --num_processes $(NPROC) --num_machines 1 --mixed_precision no \
 		--dynamo_backend no -m agon.run $(ARGS)
 
-test: install ## run the fast test suite (CPU, no network)
+lint: install ## agon's import layers (import-linter contracts in pyproject.toml): no module imports a layer above its own
+	$(VENV)/bin/lint-imports --no-cache
+
+test: install lint ## run the fast test suite (CPU, no network), after the layer check
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm" $(ARGS)
 
 test-full: install ## run every CPU test, slow end-to-end runs included (not the vLLM ones: make test-vllm)
@@ -130,5 +133,7 @@ config: install ## print the resolved default config
 clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
 	rm -rf outputs multirun figures smoke-real .pytest_cache
 
+
+.PHONY: lint
 .PHONY: help install sandbox-deps vllm-install test-vllm bases lock run run-ddp test test-full sweep figures mutation bench smoke-real bench-gpu config clean
 .PHONY: gpu-wheels gpu-check-bare

@@ -46,9 +46,9 @@ interim evaluation resumed from its parts leaves the rest of the run as it was.
 Progress: one bar over the completions this rank samples (total known before the first call), advanced as each
 of the engine's batches returns (a ``generate`` call of ``hf``, each finished request of vLLM, a call of continuous
 batching per completion budget), starting at the completions of committed chunks, so a long evaluation shows an
-ETA instead of looking hung. Left out on purpose: the optional diagnostic (``agon.eval.diagnose``), which samples outside the bar, and
-per-request seeds for vLLM, which samples from its engine's seed: a vLLM evaluation resumes without sampling again
-what was done, but its remaining chunks draw other samples than an uninterrupted run would.
+ETA instead of looking hung. Left out on purpose: the optional diagnostic (``agon.eval.diagnose``), which samples
+outside the bar, and per-request seeds for vLLM, which samples from its engine's seed: a vLLM evaluation resumes
+without sampling again what was done, but its remaining chunks draw other samples than an uninterrupted run would.
 """
 
 from __future__ import annotations

@@ -72,8 +72,8 @@ def estimate(cfg: Any, trainer: Any) -> Estimate:
     chunk_rows = min(cfg.eval.chunk_problems, n) * samples // world
     width = max(1, min(train_rows or chunk_rows, PROBE_ROWS))
     problems = trainer.heldout[:width] or trainer.heldout
-    prompts = [render(trainer.policies, trainer.task, cfg.model, trainer.task.user_message(problems[i % len(problems)]))
-               for i in range(width)]
+    messages = [trainer.task.user_message(problems[i % len(problems)]) for i in range(width)]
+    prompts = [render(trainer.policies, trainer.task, cfg.model, m) for m in messages]
     probe = Sampling(PROBE_TOKENS, t.temperature, t.top_p, t.top_k, t.generation_batch_tokens, ignore_eos=True)
     adapter = trainer.policies.adapters[0] if trainer.policies.adapters else None
     with forked_rng():

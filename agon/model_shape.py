@@ -227,7 +227,7 @@ def ensure_model(family: str = "qwen3", size: str = "0.6b", dtype: str = "bfloat
 
 def model_shape_of(model_name: str) -> tuple[str, str]:
     """(family, shape) of a ``conf/model`` option, from its YAML (``family`` and ``shape`` keys)."""
-    from agon.config import compose_config
+    from agon.checks import compose_config
 
     model = compose_config([f"model={model_name}"]).model
     if not model.shape:

@@ -283,7 +283,6 @@ def split_init(policies: "Policies", task: Any, cfg: Any) -> dict[str, float]:
     part k of n: the same data distribution, different data, so the adapters start with blind spots of their own.
     Not the paper's init (an ablation for a testbed where A and B otherwise act as one policy). {adapter: last
     loss}."""
-    from agon.rollout import render
     from agon.world import supervised_loss
 
     pool = [p for p in task.train_problems() if task.worked_solution(p) is not None]
@@ -297,7 +296,8 @@ def split_init(policies: "Policies", task: Any, cfg: Any) -> dict[str, float]:
         with policies.use_adapter(name):  # the model stays in train mode, as Policies keeps it
             for _ in range(cfg.init.steps):
                 batch = [half[rng.randrange(len(half))] for _ in range(cfg.init.batch_size)]
-                pairs = [(render(policies, task, cfg.model, task.user_message(p)),
+                pairs = [(policies.render(task.user_message(p), system=task.cfg.system_prompt,
+                                          enable_thinking=cfg.model.enable_thinking),
                           task.worked_solution(p) + policies.tokenizer.eos_token) for p in batch]
                 loss = supervised_loss(policies.model, policies.tokenizer, pairs)
                 opt.zero_grad(set_to_none=True)

@@ -29,8 +29,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from agon import run_files
-from agon.config import (LAUNCH_TIME_ENV, ConfigError, check_overrides, exchange_name, register_configs, resume_mode,
-                         to_plain, typed, validate)
+from agon.checks import check_overrides, typed, validate
+from agon.config import CONF_DIR, LAUNCH_TIME_ENV, ConfigError, exchange_name, register_configs, resume_mode, to_plain
 from agon.distributed import Ranks, launched_world_size
 from agon.engines import EngineError
 from agon.policies import ModelLoadError
@@ -352,7 +352,7 @@ class _Reported(BaseException):
 register_configs()
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> float | None:
     OmegaConf.set_readonly(cfg, True)
     try:

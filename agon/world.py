@@ -15,7 +15,7 @@ wrong, so the challenger's prompt is in distribution from step 0 and trusting a 
 The worlds listed in ``bases/worlds.yaml`` (the default world, the test world, products, target sum) are shipped in
 the repository, warm-started once, with each file's sha256 in ``bases/manifest.json``: a run whose world key matches
 one loads it from there after checking its hashes, so every CPU starts from the same weights with no warm start
-(the warm start's rounding differs by CPU, and with it every number after it). ``python -m agon.world --ship``
+(the warm start's rounding differs by CPU, and with it every number after it). ``python -m agon.bases --ship``
 (``make bases``) rebuilds them. Any other world is built and cached under ``$AGON_CACHE`` (default
 ``~/.cache/agon``) in a directory named by a hash of everything that shapes it; it is built in a temporary directory
 and renamed into place, under a file lock, so parallel runs never see half a model and build it once.
@@ -40,6 +40,8 @@ from typing import Any, Callable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+
+from agon.config import shipped
 
 # bump when the tokenizer, the template or the warm-start data change, so stale caches are not reused
 WORLD_VERSION = 3
@@ -276,7 +278,7 @@ def build_once(final: Path, build: Callable[[Path], None], marker: str, log=prin
 # ---------------------------------------------------------------------------------------------------------------
 # the shipped bases
 
-BASES = Path(__file__).resolve().parents[1] / "bases"
+BASES = shipped("bases", "shipped_bases")
 MANIFEST = "manifest.json"
 # set to 0 to ignore the shipped bases and build every world (how `--ship` rebuilds them)
 SHIPPED_ENV = "AGON_SHIPPED_BASES"
@@ -341,62 +343,3 @@ def ensure_world(model_cfg: Any, task_cfg: Any = None, log=print) -> Path:
         (tmp / "world.json").write_text(json.dumps({"key": final.name, "version": WORLD_VERSION, **stats}))
 
     return build_once(final, build, "world.json", log, what="the offline model (one-time warm start)")
-
-
-def ship(names: list[str] | None = None, log=print) -> dict[str, str]:
-    """Build the worlds ``bases/worlds.yaml`` lists (``names``: some of them) on this machine, store them as
-    ``bases/tiny-<key>/`` and rewrite the manifest; a shipped world no longer listed is removed. {name: key}."""
-    import yaml
-
-    from agon.config import compose_config
-
-    listed = yaml.safe_load((BASES / "worlds.yaml").read_text())
-    unknown = sorted(set(names or ()) - set(listed))
-    if unknown:
-        raise ValueError(f"no world named {unknown} in {BASES / 'worlds.yaml'} (it lists {sorted(listed)})")
-    keys, shipped = {}, {}
-    for name, overrides in listed.items():
-        cfg = compose_config(list(overrides))
-        keys[name] = f"tiny-{world_key(cfg.model, world_task_cfg(cfg.task))}"
-        if names and name not in names:
-            continue
-        with tempfile.TemporaryDirectory() as cache:
-            previous = {k: os.environ.get(k) for k in ("AGON_CACHE", SHIPPED_ENV)}
-            os.environ.update({"AGON_CACHE": cache, SHIPPED_ENV: "0"})
-            try:
-                built = ensure_world(cfg.model, cfg.task, log=log)
-            finally:
-                for k, v in previous.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
-            target = BASES / keys[name]
-            shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(built, target)
-            target.chmod(0o755)  # readable by every user of the checkout, as git would leave it
-            for f in target.iterdir():
-                f.chmod(0o644)
-        shipped[keys[name]] = base_hashes(target)
-        log(f"[world] shipped {name} as {target}")
-    # read again now, not at the start: another --ship of other worlds may have finished while this one built
-    manifest = {**read_manifest(BASES), **shipped}
-    for name, key in keys.items():  # listed and on disk but not in the manifest: shipped by an unfinished --ship
-        if key not in manifest and (BASES / key / "world.json").is_file():
-            manifest[key] = base_hashes(BASES / key)
-    for stale in set(manifest) - set(keys.values()):
-        shutil.rmtree(BASES / stale, ignore_errors=True)
-        manifest.pop(stale)
-    (BASES / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    return keys
-
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description="the offline worlds shipped in bases/")
-    parser.add_argument("--ship", nargs="*", metavar="NAME", help="rebuild these shipped worlds (all when none named)")
-    args = parser.parse_args()
-    if args.ship is None:
-        parser.error("nothing to do: --ship [NAME ...]")
-    print(json.dumps(ship(args.ship or None), indent=1))

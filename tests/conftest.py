@@ -19,6 +19,7 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+import agon.checks
 import agon.config
 from agon.engines import HFEngine, Sampling
 from agon.policies import Completion
@@ -58,6 +59,10 @@ SMALL_RUN = [
     "progress=false",
 ]
 
+# agon's schema and resolvers in Hydra's store: every test composes as agon's own app does (agon.run registers
+# them on import; a test may compose without importing it)
+agon.config.register_configs()
+
 
 class RecordingEngine(HFEngine):
     """hf, keeping each call's prompts, the ``Sampling`` it was handed and the completions it gave."""
@@ -88,7 +93,7 @@ def base_state(policies) -> dict:
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
-    return agon.config.compose_config(overrides or [])
+    return agon.checks.compose_config(overrides or [])
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ model loads."""
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -14,7 +15,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from agon.config import ConfigError, validate
+from agon.checks import validate
+from agon.config import ConfigError
 from tests.conftest import CONF, compose_config
 
 GROUPS = ["model", "task", "method", "reward", "exchange", "rotation", "init", "trainer", "eval", "logger", "debug",
@@ -378,12 +380,14 @@ DOCUMENTED = [CONF.parent / "README.md", *sorted((CONF.parent / "docs").glob("*.
 
 
 def _documented_paper_commands() -> list[tuple[str, list[str]]]:
-    """(where, overrides) of every ``agon.run`` command written in the docs, presets and sweeps that names a paper
-    preset on its command line (a sweep file run by name is checked through the file itself)."""
+    """(where, overrides) of every ``agon.run`` (or ``agon``) command written in the docs, presets and sweeps that names
+    a paper preset on its command line (a sweep file run by name is checked through the file itself)."""
     found = []
     for path in DOCUMENTED:
         for number, line in enumerate(path.read_text().splitlines(), 1):
-            command = line.split("agon.run", 1)[1] if "agon.run" in line else ""
+            # `python -m agon.run ...` or the console script `agon ...`
+            found_command = re.search(r"(?:agon\.run|(?:^|[\s/])agon)\s(.*)$", line)
+            command = found_command.group(1) if found_command else ""
             words = [w for w in command.split("#", 1)[0].replace("`", " ").split() if "=" in w]
             if any(w.startswith("experiment=paper_") for w in words) and "--config-name" not in command:
                 found.append((f"{path.name}:{number}", words))

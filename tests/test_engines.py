@@ -71,7 +71,7 @@ def _trainer_logps(policies: Policies, prompts, completions, adapter, temperatur
 
 
 def test_the_engines_are_looked_up_by_name_and_a_wrong_name_is_a_config_error():
-    from agon.config import validate
+    from agon.checks import validate
 
     assert {"hf", "vllm"} <= set(ENGINES)
     with pytest.raises(ConfigError, match="generation.engine='vlm'"):
@@ -124,7 +124,7 @@ def test_a_workers_gpu_is_its_ranks_even_when_the_scheduler_set_cuda_visible_dev
 
 
 def test_the_fallback_engine_samples_when_vllm_is_installed_nowhere_and_says_so(tiny_base, tmp_path):
-    from agon.config import validate
+    from agon.checks import validate
     from agon.engines import HFContinuousEngine, engine_name
     from agon.preflight import check_engine
 

@@ -85,8 +85,8 @@ def test_agons_own_help_and_errors_list_options_not_schemas():
 @pytest.mark.parametrize("args,says", [
     (["trainer.learning_rate=-1e-3"], "trainer.learning_rate=-0.001 must be > 0"),
     (["trainer.top_p=1.5"], "trainer.top_p=1.5 must be a probability in (0, 1]"),
-    (["task=deepmath_hard", "task.source=/nonexistent/deepmath.parquet"], "task.source='/nonexistent/deepmath.parquet' "
-                                                                          "does not exist"),
+    (["task=deepmath_hard", "task.source=/nonexistent/deepmath.parquet"],
+     "task.source='/nonexistent/deepmath.parquet' does not exist"),
     (["reward=competitve"], "did you mean competitive"),
     (["trainer.lerning_rate=1e-3"], "did you mean trainer.learning_rate"),
 ])

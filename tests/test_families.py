@@ -13,7 +13,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agon.config import ConfigError, LoraConfig, compose_config, validate
+from agon.checks import compose_config, validate
+from agon.config import ConfigError, LoraConfig
 from agon.engines import engine_name
 from agon.families import FAMILIES, Family, get_family, known_families
 from agon.model_shape import ensure_model

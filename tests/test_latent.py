@@ -22,7 +22,8 @@ import copy
 import pytest
 import torch
 
-from agon.config import ConfigError, validate
+from agon.checks import validate
+from agon.config import ConfigError
 from agon.engines import EngineError, HFContinuousEngine, Sampling
 from agon.latent import SPANS, Prefixes, reasoning_end
 from agon.policies import Completion, Policies, Tokens

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agon.config import ConfigError, validate
+from agon.checks import validate
+from agon.config import ConfigError
 from agon.methods import AXES, METHODS, Evaluation, Method, Turn, get_method, register_method
 from agon.run import run
 from agon.run_files import read_json, read_jsonl

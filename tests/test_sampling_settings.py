@@ -8,7 +8,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from agon import run_files
-from agon.config import validate
+from agon.checks import validate
 from agon.engines import Sampling
 from agon.policies import Completion
 from agon.recorder import Recorder

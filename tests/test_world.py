@@ -10,8 +10,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agon import world
-from agon.config import ArithmeticTaskConfig, ConfigError, validate
+from agon import bases, world
+from agon.checks import validate
+from agon.config import ArithmeticTaskConfig, ConfigError
 from agon.tasks import build_task
 from tests.conftest import TEST_WORLD, TINY, compose_config
 
@@ -262,7 +263,7 @@ def test_make_bases_ships_the_listed_worlds_and_drops_the_unlisted(tmp_path, mon
 
     monkeypatch.setattr(world, "BASES", tmp_path)
     (tmp_path / "worlds.yaml").write_text(yaml.safe_dump({"small": TINY, "other": TINY + ["task.max_operand=6"]}))
-    keys = world.ship(log=lambda *_: None)
+    keys = bases.ship(log=lambda *_: None)
     manifest = json.loads((tmp_path / world.MANIFEST).read_text())
     assert sorted(manifest) == sorted(keys.values()) and len(set(keys.values())) == 2
     cfg = compose_config(TINY)
@@ -270,8 +271,8 @@ def test_make_bases_ships_the_listed_worlds_and_drops_the_unlisted(tmp_path, mon
         patch.setattr(world, "warm_start", lambda *a, **k: pytest.fail("shipped, yet warm-started"))
         assert world.ensure_world(cfg.model, cfg.task, log=lambda *_: None) == tmp_path / keys["small"]
     (tmp_path / "worlds.yaml").write_text(yaml.safe_dump({"small": TINY}))
-    assert world.ship([], log=lambda *_: None) == {"small": keys["small"]}  # nothing named: all listed, rebuilt
+    assert bases.ship([], log=lambda *_: None) == {"small": keys["small"]}  # nothing named: all listed, rebuilt
     assert sorted(json.loads((tmp_path / world.MANIFEST).read_text())) == [keys["small"]]
     assert not (tmp_path / keys["other"]).exists()
     with pytest.raises(ValueError, match="no world named"):
-        world.ship(["nope"], log=lambda *_: None)
+        bases.ship(["nope"], log=lambda *_: None)

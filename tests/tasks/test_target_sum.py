@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from agon.config import ConfigError, compose_config, validate
+from agon.checks import compose_config, validate
+from agon.config import ConfigError
 from agon.tasks import Problem, build_task
 from agon.tasks.target_sum import chain_value, parse, search
 
