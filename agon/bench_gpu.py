@@ -1,6 +1,6 @@
 """``python -m agon.bench_gpu --out DIR`` (``tools/gpu_check.sh``): what a first GPU session must learn, in one run.
 
-Three parts, each written to ``DIR/bench-gpu.json`` as soon as it finishes and each guarded, so that one failing
+Four parts, each written to ``DIR/bench-gpu.json`` as soon as it finishes and each guarded, so that one failing
 (an OOM, a missing kernel, NCCL refusing to start) is recorded with its error and the others still run, and a run
 stopped by a time limit keeps what it measured. In the order they run:
 
@@ -13,26 +13,39 @@ stopped by a time limit keeps what it measured. In the order they run:
    started with plain "nccl" would do with the trainer's statistics. It runs in a child process with a timeout: a
    process group changes global state, and a hung collective must not take the rest of the run with it.
 2. ``scoring``: the trainer's scoring path (``Policies.token_logps``: bf16 base, LoRA r=16, gradient checkpointing,
-   chunked head, the trainer's temperature and truncation) forward and backward (``.sum().backward()``) on one
-   16,384-token row, then on three rows of different lengths left/right-padded into one micro-batch 16,384 wide:
-   seconds of a warm pass, peak GPU memory (``torch.cuda.max_memory_allocated``), and which SDPA backend ran
-   (flash, efficient, cudnn, math), read from the op names torch's profiler records on a third pass (CUDA kernel
-   names are kept too). A single unpadded row lets SDPA take its causal flash path; a padded micro-batch passes a
-   mask, which CUDA's flash kernel does not take.
-3. ``step``: an Agon step at Qwen3-0.6B's shape with random weights, engine ``hf``, the paper preset's settings,
-   1,024 new tokens: one short warm-up step, then ``--steps`` measured ones; seconds per step, generation seconds,
-   generated tokens per second, peak GPU memory. Random weights almost never emit the end-of-turn token, so every
-   completion runs to the budget: the worst case.
+   chunked head, the trainer's temperature and truncation) forward and backward (``.sum().backward()``) on the two
+   micro-batch shapes training builds: one 16,384-token row alone (a row of ``solo_row_tokens`` or more: no mask,
+   SDPA's causal flash path), and the first micro-batch ``length_batches`` makes of rows just under
+   ``solo_row_tokens`` (8 rows of ~8k filling ``scoring_batch_tokens``, left/right-padded, a mask): seconds of a
+   warm pass, peak GPU memory, and which SDPA backend ran, read from the op names torch's profiler records on a
+   third pass. Then one checkpointed chunk of the output head (``selective_logps`` at ``logit_chunk_tokens`` and
+   at 512), forward and backward: its peak memory over its float32 logits, the factor the preset's memory comment
+   rests on.
+3. ``step``: an Agon step at Qwen3-0.6B's shape with random weights, the paper preset's settings, 256 new tokens
+   (``--new-tokens 1024`` for the budget the engines were first measured at: about 10 minutes on an H200 without
+   flash attention, past the 6 this check is sized for), 8 problems x 8 completions (64 rows per role), with each
+   engine available here: ``hf_continuous`` (what a GPU
+   image without vLLM runs), ``hf``, and ``vllm`` where it is installed (recorded as skipped where not). One short
+   warm-up step, then ``--steps`` measured ones: seconds per step, generation seconds, seconds per decoding step
+   (each engine call's seconds over its longest completion), generated tokens per second, peak GPU memory, and the
+   attention implementation the model's attention layers ran with during generation (continuous batching switches
+   to ``paged|flash_attention_*`` only where ``flash-attn`` or ``kernels`` imports, else ``paged|sdpa``). Random
+   weights almost never emit the end-of-turn token, so every completion runs to the budget: the worst case.
+4. ``context``: ``hf_continuous`` alone at longer prompts (64 rows of 2,048-token prompts, 32 new tokens, every
+   completion to the budget): a prefill-only call and a full call, so the seconds per decoding step at ~2k tokens of
+   context set beside the step's show how continuous batching's cost grows with the context. Skipped, with its
+   reason, when the estimate from the step says it would end past ``--budget-s``.
 
-``--cpu-check`` runs all three on a CPU at a tiny shape (gloo, 32-token rows, 8 new tokens, float32 where the CPU
+``--cpu-check`` runs all four on a CPU at a tiny shape (gloo, 32-token rows, 8 new tokens, float32 where the CPU
 has no fast bf16) so that a machine without a GPU can check the script; a test does. Without ``--cpu-check`` it
 refuses to run where CUDA is not available (exit code 2). It needs hydra-core and omegaconf (the config is composed
 as ``agon.run`` composes it); on a bare GPU image ``tools/gpu_check.sh`` puts the wheels of ``make gpu-wheels`` on
 the import path (docs/gpu.md).
 
-Left out on purpose: vLLM and wandb (not on the bare image), 4,096 new tokens (four times the 1,024 step's
-generation time, which the 1,024 figure predicts), and more than one process (a world of one checks that the
-collectives start and take the trainer's tensors, not their bandwidth).
+Left out on purpose: wandb (not on the bare image), 1,024+ new tokens in a step by default (the decoding-step
+seconds and the context part predict them; ``--new-tokens`` measures them), vLLM's speed where it is not installed
+(the bare image has none), and more than one process (a world of one checks that the collectives start and take the
+trainer's tensors, not their bandwidth).
 """
 
 from __future__ import annotations
@@ -55,13 +68,13 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = "bench-gpu.json"
-PARTS = ("collectives", "scoring", "step")
+PARTS = ("collectives", "scoring", "step", "context")
+ENGINE_NAMES = ("hf_continuous", "hf", "vllm")
 TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16, vocab_size=151_936)
 # the paper preset, on the offline arithmetic task (its prompts are short; the completions are what costs), with a
 # small training pool: drawing the default 100,000 problems takes seconds the bench does not need
-BASE_OVERRIDES = ["experiment=paper_deepmath", "task=arithmetic", "task.train_size=1000", "logger=none",
-                  "generation.engine=hf"]
+BASE_OVERRIDES = ["experiment=paper_deepmath", "task=arithmetic", "task.train_size=1000", "logger=none"]
 # torch's SDPA ops (the same names on CPU and CUDA, besides the CPU flash kernel's) -> the backend they are
 SDPA_OPS = {
     "aten::_scaled_dot_product_flash_attention": "flash",
@@ -73,6 +86,8 @@ SDPA_OPS = {
 }
 KERNEL_HINTS = ("flash", "fmha", "attention", "sdpa", "cudnn")
 HIDDEN_ARGS = ("collectives_child", "device", "shape_json", "lora_rank")
+# what decides which attention continuous batching runs (flash_attn or kernels: flash; neither: paged|sdpa), and vLLM
+OPTIONAL_MODULES = ("flash_attn", "kernels", "vllm")
 
 
 # -- the report ------------------------------------------------------------------------------------------------
@@ -121,6 +136,9 @@ def versions() -> dict[str, Any]:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
             out[name] = None
+    import importlib.util
+
+    out["importable"] = {m: importlib.util.find_spec(m) is not None for m in OPTIONAL_MODULES}
     if torch.cuda.is_available():
         out["cuda"] = torch.version.cuda
         for key, read in (("cudnn", lambda: torch.backends.cudnn.version()),
@@ -180,13 +198,79 @@ def release(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-# -- part 3: an Agon step ----------------------------------------------------------------------------------------
+# -- parts 3 and 4: an Agon step per engine, continuous batching at a longer context ----------------------------
 
 
-def measure(new_tokens: int, prompts: int, generations: int, steps: int, device: str,
+def attention_layer(model) -> torch.nn.Module | None:
+    """The first attention module of ``model`` that reads its config (each call reads
+    ``config._attn_implementation``, which continuous batching switches for the length of a call)."""
+    return next((m for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "config")), None)
+
+
+class EngineCalls:
+    """Every ``engine.sample`` call of a trainer timed, with the attention implementation its first attention layer
+    ran with during the call (a forward pre-hook, active only inside the call: the update's scoring is not counted;
+    under CUDA graphs the hook sees the capture, not the replays, so the counts are of calls seen, the names are
+    what matters)."""
+
+    def __init__(self, engine, model, device: str):
+        self.engine, self.device, self.calls = engine, device, []
+        self.attention: dict[str, int] = {}
+        self.layer = attention_layer(model)
+        self.sample = engine.sample
+        engine.sample = self._sample
+
+    def _seen(self, module, _args) -> None:
+        name = str(getattr(module.config, "_attn_implementation", None))
+        self.attention[name] = self.attention.get(name, 0) + 1
+
+    def _sample(self, prompts, adapter, sampling, *args, **kwargs):
+        hook = self.layer.register_forward_pre_hook(self._seen) if self.layer is not None else None
+        sync(self.device)
+        t0 = time.perf_counter()
+        try:
+            out = self.sample(prompts, adapter, sampling, *args, **kwargs)
+        finally:
+            if hook is not None:
+                hook.remove()
+        sync(self.device)
+        lengths = [c.n_tokens for c in out]
+        self.calls.append({"adapter": adapter, "rows": len(prompts), "max_new_tokens": sampling.max_new_tokens,
+                           "seconds": time.perf_counter() - t0, "generated_tokens": sum(lengths),
+                           "longest": max(lengths, default=0)})
+        return out
+
+    def reset(self) -> None:
+        self.calls, self.attention = [], {}
+
+
+def decode_step_s(calls: list[dict]) -> float | None:
+    """Seconds per decoding step: each call runs as many steps as its longest completion (prefill included)."""
+    steps = sum(c["longest"] for c in calls)
+    return sum(c["seconds"] for c in calls) / steps if steps else None
+
+
+def attention_used(seen: dict[str, int]) -> str | None:
+    """The attention implementation(s) seen during an engine's calls, most seen first: continuous batching's own
+    choice (``paged|sdpa``, ``paged|flash_attention_2``...; transformers after 5.17 may keep plain ``sdpa``)."""
+    return "/".join(sorted(seen, key=lambda k: -seen[k])) or None
+
+
+def vllm_missing(cfg) -> str | None:
+    """Why ``generation.engine=vllm`` cannot run here (``agon.engines.vllm_placement``'s error), or None."""
+    from agon.engines import EngineError, vllm_placement
+
+    try:
+        vllm_placement(cfg)
+    except EngineError as exc:
+        return str(exc)
+    return None
+
+
+def measure(engine: str, new_tokens: int, prompts: int, generations: int, steps: int, device: str,
             shape: dict | None = None, warmup_tokens: int = 32, dtype: torch.dtype = torch.bfloat16) -> dict:
-    """A warm-up step at ``warmup_tokens``, then ``steps`` Agon steps at ``new_tokens``; seconds, tokens per second,
-    peak memory."""
+    """A warm-up step at ``warmup_tokens``, then ``steps`` Agon steps at ``new_tokens`` sampled by ``engine``;
+    seconds, seconds per decoding step, tokens per second, peak memory, the attention implementation."""
     import dataclasses
 
     from agon.policies import build_policies
@@ -194,21 +278,32 @@ def measure(new_tokens: int, prompts: int, generations: int, steps: int, device:
     from agon.tasks import build_task
     from agon.trainer import Trainer
 
-    cfg = compose([f"trainer.max_new_tokens={new_tokens}", f"trainer.prompts_per_step={prompts}",
-                   f"trainer.num_generations={generations}"])
+    overrides = [f"generation.engine={engine}", f"trainer.max_new_tokens={new_tokens}",
+                 f"trainer.prompts_per_step={prompts}", f"trainer.num_generations={generations}"]
+    cfg = compose(overrides)
+    head = {"engine": engine, "new_tokens": new_tokens, "prompts_per_step": prompts, "num_generations": generations}
+    if engine == "vllm" and (why := vllm_missing(cfg)):
+        return head | {"skipped": why}
     model = random_model(shape, dtype, device)
     task = build_task(cfg.task)
     policies = build_policies(cfg, model, tokenizer())
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as tmp:
+        if engine == "vllm":
+            # vLLM loads its own copy of the base from a directory: the same random weights, saved
+            model.save_pretrained(Path(tmp) / "base")
+            tokenizer().save_pretrained(Path(tmp) / "base")
+            cfg = compose([*overrides, f"model.path={Path(tmp) / 'base'}", "generation.fallback=null"])
         trainer = Trainer(cfg, policies, task, Recorder(Path(tmp), enabled=False), Path(tmp), log=lambda *_: None)
+        calls = EngineCalls(trainer.engine, model, device)
         budget = trainer.sampling
         trainer.sampling = dataclasses.replace(budget, max_new_tokens=warmup_tokens)
         t0 = time.perf_counter()
         trainer.step()  # kernels, the allocator and the tokenizer warm up on a short step
         warmup_s = time.perf_counter() - t0
         trainer.sampling = budget
+        calls.reset()
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         rows = []
         for _ in range(steps):
             sync(device)
@@ -217,18 +312,93 @@ def measure(new_tokens: int, prompts: int, generations: int, steps: int, device:
             sync(device)
             rows.append({"step_s": time.perf_counter() - t0, "generation_s": m["time/generation_s"],
                          "tokens": m["train/generated_tokens"] - before})
-    out = {
-        "new_tokens": new_tokens, "prompts_per_step": prompts, "num_generations": generations,
-        "warmup_tokens": warmup_tokens, "warmup_step_s": warmup_s,
+        engine_class = type(trainer.engine).__name__
+        trainer.engine.close()
+    out = head | {
+        "engine_class": engine_class, "warmup_tokens": warmup_tokens, "warmup_step_s": warmup_s,
         "step_s": [r["step_s"] for r in rows], "generation_s": [r["generation_s"] for r in rows],
         "update_s": [r["step_s"] - r["generation_s"] for r in rows],
         "generated_tokens_per_step": [r["tokens"] for r in rows],
         "generated_tokens_per_s": sum(r["tokens"] for r in rows) / sum(r["generation_s"] for r in rows),
+        "engine_calls": calls.calls, "decode_step_s": decode_step_s(calls.calls),
+        "attention_seen": calls.attention, "attention": attention_used(calls.attention),
     }
     if device == "cuda":
         out["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
         out["peak_gpu_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
-    del trainer, policies, model
+    del trainer, policies, model, calls
+    release(device)
+    return out
+
+
+def long_prompts(n: int, tokens: int, seed: int = 0) -> list[str]:
+    """``n`` different prompts of about ``tokens`` tokens each (lines of random sums, a few tokens a line): different
+    from their first line, so continuous batching's prefix sharing has nothing to share."""
+    import random
+
+    rng = random.Random(seed)
+    line_tokens = max(1, len(tokenizer()("123+456=579\n", add_special_tokens=False)["input_ids"]))
+    lines = max(1, tokens // line_tokens)
+    out = []
+    for _ in range(n):
+        sums = [(rng.randrange(1000), rng.randrange(1000)) for _ in range(lines)]
+        out.append("".join(f"{a}+{b}={a + b}\n" for a, b in sums))
+    return out
+
+
+def context_point(policies, rows: int, prompt_tokens: int, new_tokens: int, device: str) -> dict:
+    """``hf_continuous`` on ``rows`` prompts of ``prompt_tokens`` tokens: a call of one new token (the prefill,
+    about), then one of ``new_tokens``, every completion to the budget (``ignore_eos``)."""
+    from agon.engines import HFContinuousEngine, Sampling
+
+    cfg = compose([])
+    t = cfg.trainer
+    engine = HFContinuousEngine(policies, cfg)
+    calls = EngineCalls(engine, policies.model, device)
+    prompts = long_prompts(rows, prompt_tokens)
+    lengths = [len(x) for x in policies.prompt_ids(prompts)]
+    adapter = policies.adapters[0]
+
+    def sampling(n: int) -> Sampling:
+        return Sampling(n, t.temperature, t.top_p, t.top_k, t.generation_batch_tokens, ignore_eos=True)
+
+    engine.sample(prompts[:2], adapter, sampling(2))  # a warm-up call: small, the kernels are already warm
+    calls.reset()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    engine.sample(prompts, adapter, sampling(1))
+    engine.sample(prompts, adapter, sampling(new_tokens))
+    prefill, full = calls.calls
+    out = {"rows": rows, "prompt_tokens_mean": sum(lengths) / len(lengths), "new_tokens": new_tokens,
+           "prefill_s": prefill["seconds"], "seconds": full["seconds"], "generated_tokens": full["generated_tokens"],
+           "decode_step_s": (full["seconds"] - prefill["seconds"]) / max(1, full["longest"] - 1),
+           "generated_tokens_per_s": full["generated_tokens"] / full["seconds"],
+           "attention_seen": calls.attention, "attention": attention_used(calls.attention)}
+    if device == "cuda":
+        out["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
+
+
+def context(device: str, shape: dict | None, dtype: torch.dtype, rows: int, prompt_tokens: list[int],
+            new_tokens: int, fits: Callable[[int], str | None]) -> dict:
+    """``context_point`` at each of ``prompt_tokens``, in order, while ``fits(prompt_tokens)`` has no objection."""
+    from agon.policies import build_policies
+
+    model = random_model(shape, dtype, device)
+    policies = build_policies(compose([]), model, tokenizer())
+    points: list[dict] = []
+    out = {"engine": "hf_continuous", "points": points}
+    for n in prompt_tokens:
+        why = fits(n)
+        if why:
+            points.append({"prompt_tokens": n, "skipped": why})
+            continue
+        try:
+            points.append({"prompt_tokens": n, **context_point(policies, rows, n, new_tokens, device)})
+        except Exception as exc:  # noqa: BLE001 - an OOM at a long context is a result; shorter points stand
+            points.append({"prompt_tokens": n, "error": error_text(exc), "traceback": traceback.format_exc(limit=8)})
+        release(device)
+    del policies, model
     release(device)
     return out
 
@@ -324,12 +494,67 @@ def score_case(policies, tokens, device: str, score_kwargs: dict, profile: bool)
     return out
 
 
-def scoring(device: str, shape: dict | None, width: int, dtype: torch.dtype, profile: bool = True) -> dict:
-    """One ``width``-token row, then three rows of different lengths padded to ``width``, forward and backward."""
+def training_rows(solo: int, budget: int, prompt: int) -> list[int]:
+    """Row lengths of the first micro-batch ``length_batches`` builds from rows just under ``solo`` tokens (each
+    about 1.5% shorter than the one before, prompts as ``padded_tokens`` lays them out) within ``budget``: the widest
+    padded micro-batch training makes, since every row of ``solo`` or more goes alone."""
+    from agon.policies import length_batches
+
+    gap = max(1, solo // 64)
+    lengths = [solo - 1 - gap * i for i in range(max(2, budget // max(1, solo // 2)))]
+    lengths = [n for n in lengths if n > prompt]
+    widths = [(max(1, prompt - 16 * i), n - max(1, prompt - 16 * i)) for i, n in enumerate(lengths)]
+    first = length_batches(widths, budget, None, solo)[0]
+    return [lengths[i] for i in sorted(first)]
+
+
+def chunk_memory(policies, device: str, chunk_tokens: int, dtype: torch.dtype, score_kwargs: dict) -> dict:
+    """One chunk of the output head as the trainer runs it (``selective_logps``: checkpointed, the logits recomputed
+    in the backward pass), forward and backward on ``chunk_tokens`` hidden states: seconds, and on CUDA its peak
+    memory over what was allocated before, against the chunk's float32 logits."""
+    from agon.scoring import selective_logps
+
+    head = policies._decoder_and_head()[1]
+    hidden_size = policies.model.get_base_model().config.get_text_config().hidden_size
+    vocab = policies.model.get_base_model().config.get_text_config().vocab_size
+    g = torch.Generator(device=device).manual_seed(0)
+    hidden = torch.randn(chunk_tokens, hidden_size, generator=g, device=device, dtype=dtype, requires_grad=True)
+    ids = torch.randint(0, vocab, (chunk_tokens,), generator=g, device=device)
+    kwargs = {k: v for k, v in score_kwargs.items() if k in ("temperature", "top_k", "top_p")}
+    out: dict[str, Any] = {"chunk_tokens": chunk_tokens, "vocab": vocab,
+                           "fp32_logits_gib": chunk_tokens * vocab * 4 / 2**30}
+
+    def one_pass() -> float:
+        hidden.grad = None
+        sync(device)
+        t0 = time.perf_counter()
+        selective_logps(hidden, ids, head, chunk_tokens=chunk_tokens, **kwargs).sum().backward()
+        sync(device)
+        return time.perf_counter() - t0
+
+    out["first_pass_s"] = one_pass()
+    hidden.grad = None
+    release(device)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    out["seconds"] = one_pass()
+    if device == "cuda":
+        out["peak_over_before_gib"] = (torch.cuda.max_memory_allocated() - before) / 2**30
+        out["peak_over_fp32_logits"] = out["peak_over_before_gib"] / out["fp32_logits_gib"]
+    return out
+
+
+def scoring(device: str, shape: dict | None, width: int, dtype: torch.dtype, profile: bool = True,
+            solo: int | None = None, budget: int | None = None, chunks: list[int] | None = None) -> dict:
+    """One ``width``-token row alone, then the padded micro-batch training builds of rows under ``solo`` tokens
+    within ``budget`` (the preset's ``solo_row_tokens`` and ``scoring_batch_tokens`` by default), forward and
+    backward; then one head chunk of each of ``chunks`` tokens (the preset's ``logit_chunk_tokens`` and 512)."""
     from agon.policies import build_policies
 
     cfg = compose([])
     t = cfg.trainer
+    solo, budget = solo or t.solo_row_tokens, budget or t.scoring_batch_tokens
     tok = tokenizer()
     model = random_model(shape, dtype, device)
     policies = build_policies(cfg, model, tok)
@@ -343,15 +568,25 @@ def scoring(device: str, shape: dict | None, width: int, dtype: torch.dtype, pro
     out: dict[str, Any] = {
         "dtype": str(dtype).removeprefix("torch."), "lora_rank": cfg.model.lora.rank,
         "gradient_checkpointing": cfg.model.gradient_checkpointing, "score_kwargs": score_kwargs,
-        "attn_implementation": getattr(model.config, "_attn_implementation", None), "cases": {}}
-    cases = {"one_row": [width], "three_rows_padded": [width, int(width * 0.65), int(width * 0.3)]}
+        "solo_row_tokens": solo, "scoring_batch_tokens": budget,
+        "attn_implementation": getattr(model.config, "_attn_implementation", None), "cases": {}, "logit_chunks": {}}
+    cases = {"one_row": lambda: [width], "training_micro_batch": lambda: training_rows(solo, budget, prompt)}
     for name, widths in cases.items():
+        rows: list[int] = []
         try:
-            out["cases"][name] = score_case(policies, padded_tokens(widths, prompt, vocab, tok.pad_token_id),
+            rows = widths()
+            out["cases"][name] = score_case(policies, padded_tokens(rows, prompt, vocab, tok.pad_token_id),
                                             device, score_kwargs, profile)
         except Exception as exc:  # noqa: BLE001 - an OOM in the padded case must not hide the single row's numbers
-            out["cases"][name] = {"row_tokens": widths, "error": error_text(exc),
+            out["cases"][name] = {"row_tokens": rows, "error": error_text(exc),
                                   "traceback": traceback.format_exc(limit=8)}
+        release(device)
+    for n in chunks or [t.logit_chunk_tokens, 512]:
+        try:
+            out["logit_chunks"][str(n)] = chunk_memory(policies, device, n, dtype, score_kwargs)
+        except Exception as exc:  # noqa: BLE001 - as above
+            out["logit_chunks"][str(n)] = {"chunk_tokens": n, "error": error_text(exc),
+                                           "traceback": traceback.format_exc(limit=8)}
         release(device)
     del policies, model
     release(device)
@@ -512,12 +747,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/bench-gpu"), help=f"folder for {REPORT}")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     # defaults: (on a GPU, with --cpu-check)
-    parser.add_argument("--new-tokens", type=int, nargs="+", help="the step's completion budgets ([1024], [8])")
-    parser.add_argument("--prompts", type=int, help="problems per step (4, 2)")
+    parser.add_argument("--engines", nargs="+", choices=ENGINE_NAMES,
+                        help="the step's engines, in order (hf_continuous hf vllm; hf_continuous hf)")
+    parser.add_argument("--new-tokens", type=int, nargs="+", help="the step's completion budgets ([256], [8])")
+    parser.add_argument("--prompts", type=int, help="problems per step (8, 2)")
     parser.add_argument("--generations", type=int, help="completions per problem and role (8, 2)")
     parser.add_argument("--steps", type=int, default=1, help="measured steps after the warm-up step")
     parser.add_argument("--warmup-tokens", type=int, help="new tokens of the warm-up step (32, 4)")
-    parser.add_argument("--score-tokens", type=int, help="width of the scored micro-batches (16384, 32)")
+    parser.add_argument("--score-tokens", type=int, help="width of the single scored row (16384, 32)")
+    parser.add_argument("--solo-tokens", type=int,
+                        help="rows of the padded micro-batch stay under it (the preset's solo_row_tokens, 16)")
+    parser.add_argument("--batch-tokens", type=int,
+                        help="token budget of the padded micro-batch (the preset's scoring_batch_tokens, 64)")
+    parser.add_argument("--chunk-tokens", type=int, nargs="+",
+                        help="head chunks measured (the preset's logit_chunk_tokens and 512; 64 16)")
+    parser.add_argument("--context-tokens", type=int, nargs="+",
+                        help="prompt lengths of the context part's points ([2048], [24])")
+    parser.add_argument("--context-rows", type=int, help="rows of each context point (64, 2)")
+    parser.add_argument("--context-new-tokens", type=int, help="new tokens of each context point (32, 4)")
+    parser.add_argument("--budget-s", type=float,
+                        help="seconds the whole run should stay within: a context point estimated to end later is "
+                             "skipped (345; 0 on a CPU: no limit)")
     parser.add_argument("--no-profile", action="store_true", help="skip the profiled pass naming the SDPA backend")
     parser.add_argument("--collectives-timeout", type=float, default=180.0)
     parser.add_argument("--cpu-check", action="store_true",
@@ -527,8 +777,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape-json", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--lora-rank", type=int, default=16, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for name, on_gpu, on_cpu in (("new_tokens", [1024], [8]), ("prompts", 4, 2), ("generations", 8, 2),
-                                 ("warmup_tokens", 32, 4), ("score_tokens", 16_384, 32)):
+    # None: the preset's value, read where the part composes its config
+    for name, on_gpu, on_cpu in (("engines", list(ENGINE_NAMES), ["hf_continuous", "hf"]), ("new_tokens", [256], [8]),
+                                 ("prompts", 8, 2), ("generations", 8, 2), ("warmup_tokens", 32, 4),
+                                 ("score_tokens", 16_384, 32), ("solo_tokens", None, 16), ("batch_tokens", None, 64),
+                                 ("chunk_tokens", None, [64, 16]), ("context_tokens", [2048], [24]),
+                                 ("context_rows", 64, 2), ("context_new_tokens", 32, 4), ("budget_s", 345.0, 0.0)):
         if getattr(args, name) is None:
             setattr(args, name, on_cpu if args.cpu_check else on_gpu)
     if args.collectives_child:
@@ -588,7 +842,8 @@ def run(args: argparse.Namespace, device: str, shape: dict | None, dtype: torch.
               flush=True)
     if "scoring" in args.parts:
         r = report.run("scoring", lambda: scoring(device, shape, args.score_tokens, dtype,
-                                                  profile=not args.no_profile))
+                                                  profile=not args.no_profile, solo=args.solo_tokens,
+                                                  budget=args.batch_tokens, chunks=args.chunk_tokens))
         for name, c in r.get("cases", {}).items():
             if "error" in c:
                 report.data["errors"].append(f"scoring {name}: {c['error']}")
@@ -598,29 +853,44 @@ def run(args: argparse.Namespace, device: str, shape: dict | None, dtype: torch.
             peak = f", peak {c['peak_gpu_gib']:.1f} GiB" if "peak_gpu_gib" in c else ""
             print(f"[bench-gpu] scoring {name} {c['row_tokens']} in width {c['width']}: forward+backward "
                   f"{c['seconds']:.2f} s{peak}, SDPA {'/'.join(c.get('sdpa_backends', [])) or '?'}", flush=True)
+        for n, c in r.get("logit_chunks", {}).items():
+            if "error" in c:
+                report.data["errors"].append(f"scoring logit chunk {n}: {c['error']}")
+                report.write()
+                print(f"[bench-gpu] logit chunk of {n} tokens: FAILED {c['error']}", flush=True)
+                continue
+            ratio = f", peak {c['peak_over_fp32_logits']:.2f}x its fp32 logits ({c['fp32_logits_gib']:.2f} GiB)" \
+                if "peak_over_fp32_logits" in c else ""
+            print(f"[bench-gpu] logit chunk of {n} tokens: forward+backward {c['seconds']:.3f} s{ratio}", flush=True)
         if "error" in r:
             print(f"[bench-gpu] scoring: FAILED {r['error']}", flush=True)
     if "step" in args.parts:
         steps = report.data["step"] = []
-        for n in args.new_tokens:
-            t0 = time.perf_counter()
-            try:
-                r = measure(n, args.prompts, args.generations, args.steps, device, shape, args.warmup_tokens, dtype)
-            except Exception as exc:  # noqa: BLE001 - one budget's failure is recorded, the next still runs
-                r = {"new_tokens": n, "error": error_text(exc), "traceback": traceback.format_exc(limit=8)}
-                report.data["errors"].append(f"step {n}: {error_text(exc)}")
-            release(device)  # here, not in the handler: its traceback still holds the failed step's tensors
-            r["part_s"] = round(time.perf_counter() - t0, 2)
-            steps.append(r)
-            report.write()
-            if "error" in r:
-                print(f"[bench-gpu] step at {n} new tokens: FAILED {r['error']}", flush=True)
-                continue
-            peak = f", peak GPU memory {r['peak_gpu_gib']:.1f} GiB" if "peak_gpu_gib" in r else ""
-            print(f"[bench-gpu] step at {n} new tokens, {r['prompts_per_step']} prompts x {r['num_generations']}: "
-                  f"{sum(r['step_s']) / len(r['step_s']):.1f} s (generation "
-                  f"{sum(r['generation_s']) / len(r['generation_s']):.1f} s), "
-                  f"{r['generated_tokens_per_s']:.0f} generated tokens/s{peak}", flush=True)
+        for engine in args.engines:
+            for n in args.new_tokens:
+                t0 = time.perf_counter()
+                try:
+                    r = measure(engine, n, args.prompts, args.generations, args.steps, device, shape,
+                                args.warmup_tokens, dtype)
+                except Exception as exc:  # noqa: BLE001 - one engine's failure is recorded, the next still runs
+                    r = {"engine": engine, "new_tokens": n, "error": error_text(exc),
+                         "traceback": traceback.format_exc(limit=8)}
+                    report.data["errors"].append(f"step {engine} {n}: {error_text(exc)}")
+                release(device)  # here, not in the handler: its traceback still holds the failed step's tensors
+                r["part_s"] = round(time.perf_counter() - t0, 2)
+                steps.append(r)
+                report.write()
+                print_step(r)
+    if "context" in args.parts:
+        r = report.run("context", lambda: context(device, shape, dtype, args.context_rows, args.context_tokens,
+                                                  args.context_new_tokens, lambda n: too_long(report, args, n)))
+        for p in r.get("points", []):
+            if "error" in p:
+                report.data["errors"].append(f"context {p['prompt_tokens']}: {p['error']}")
+                report.write()
+            print_context(p)
+        if "error" in r:
+            print(f"[bench-gpu] context: FAILED {r['error']}", flush=True)
     report.data["finished"] = True
     report.write()
     failed = report.data["errors"]
@@ -628,6 +898,60 @@ def run(args: argparse.Namespace, device: str, shape: dict | None, dtype: torch.
         print(f"[bench-gpu] FAILED {line}", file=sys.stderr)
     print(f"[bench-gpu] written to {report.path} in {report.data['elapsed_s']:.0f} s", flush=True)
     return 1 if failed else 0
+
+
+def too_long(report: Report, args: argparse.Namespace, prompt_tokens: int) -> str | None:
+    """Why a context point at ``prompt_tokens`` would end past ``--budget-s`` (None: it fits, or no budget). The
+    estimate: the step's ``hf_continuous`` seconds per decoding step, half of it grown with the context, for the
+    point's new tokens, plus 30 s for its warm-up and two prefills (90 s in all without a step to go by)."""
+    if not args.budget_s:
+        return None
+    measured = [s for s in report.data.get("step", [])
+                if s.get("engine") == "hf_continuous" and s.get("decode_step_s")]
+    # on an H200 with paged|sdpa (docs/gpu.md), 64 rows: 171 ms per decoding step at ~0.6k tokens of context, 385 ms
+    # at ~2.1k; 3.6 times the context, 2.3 times the step: about half of the step grows in proportion
+    elapsed = time.perf_counter() - report.t0
+    if not measured:
+        estimate = 90.0
+    else:
+        s = measured[0]
+        short = s["new_tokens"] / 2 + 64  # the step's mean context: its short prompt and half the budget
+        long = prompt_tokens + args.context_new_tokens / 2
+        per_step = s["decode_step_s"] * (1 + 0.5 * max(0.0, long / short - 1))
+        estimate = per_step * args.context_new_tokens + 30.0
+    if elapsed + estimate > args.budget_s:
+        return (f"estimated {estimate:.0f} s after {elapsed:.0f} s would pass --budget-s {args.budget_s:.0f}; "
+                f"rerun with --parts context")
+    return None
+
+
+def print_step(r: dict) -> None:
+    where = f"step {r.get('engine')} at {r['new_tokens']} new tokens"
+    if "skipped" in r:
+        print(f"[bench-gpu] {where}: skipped ({r['skipped'].splitlines()[0][:200]})", flush=True)
+    elif "error" in r:
+        print(f"[bench-gpu] {where}: FAILED {r['error']}", flush=True)
+    else:
+        peak = f", peak GPU memory {r['peak_gpu_gib']:.1f} GiB" if "peak_gpu_gib" in r else ""
+        per = f", {r['decode_step_s'] * 1e3:.1f} ms per decoding step" if r.get("decode_step_s") else ""
+        attention = r.get("attention") or "?"
+        print(f"[bench-gpu] {where}, {r['prompts_per_step']} prompts x {r['num_generations']}: "
+              f"{sum(r['step_s']) / len(r['step_s']):.1f} s (generation "
+              f"{sum(r['generation_s']) / len(r['generation_s']):.1f} s{per}), "
+              f"{r['generated_tokens_per_s']:.0f} generated tokens/s{peak}, attention {attention}", flush=True)
+
+
+def print_context(p: dict) -> None:
+    where = f"context hf_continuous, prompts of {p['prompt_tokens']} tokens"
+    if "skipped" in p:
+        print(f"[bench-gpu] {where}: skipped ({p['skipped']})", flush=True)
+    elif "error" in p:
+        print(f"[bench-gpu] {where}: FAILED {p['error']}", flush=True)
+    else:
+        peak = f", peak GPU memory {p['peak_gpu_gib']:.1f} GiB" if "peak_gpu_gib" in p else ""
+        print(f"[bench-gpu] {where}, {p['rows']} rows x {p['new_tokens']} new: prefill {p['prefill_s']:.1f} s, "
+              f"{p['decode_step_s'] * 1e3:.1f} ms per decoding step, {p['generated_tokens_per_s']:.0f} tokens/s"
+              f"{peak}, attention {p.get('attention') or '?'}", flush=True)
 
 
 def ok_word(ok: bool | None) -> str:

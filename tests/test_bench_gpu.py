@@ -1,4 +1,5 @@
-"""The GPU check (agon.bench_gpu) refuses without CUDA, runs every part on a CPU at a tiny shape, keeps each part's
+"""The GPU check (agon.bench_gpu) refuses without CUDA, runs every part on a CPU at a tiny shape (both engines a GPU
+image without vLLM has, the padded micro-batch training builds, a head chunk, a longer context), keeps each part's
 result on disk as it comes, and records a failing part without losing the others: so a GPU session's one try is
 not spent on a typo."""
 
@@ -38,16 +39,61 @@ def test_the_cpu_check_measures_every_part(tmp_path):
 
     scoring = report["scoring"]
     assert scoring["lora_rank"] == 16 and scoring["gradient_checkpointing"] is True
-    one, padded = scoring["cases"]["one_row"], scoring["cases"]["three_rows_padded"]
+    assert (scoring["solo_row_tokens"], scoring["scoring_batch_tokens"]) == (16, 64)
+    one, batch = scoring["cases"]["one_row"], scoring["cases"]["training_micro_batch"]
     assert one["row_tokens"] == [32] and one["width"] == 32 and one["seconds"] > 0
-    assert len(padded["row_tokens"]) == 3 and len(set(padded["row_tokens"])) == 3 and padded["width"] == 32
-    for case in (one, padded):
+    # the micro-batch training builds: several rows, all under solo_row_tokens, padded within the token budget
+    assert len(batch["row_tokens"]) > 1 and max(batch["row_tokens"]) < 16 and len(set(batch["row_tokens"])) > 1
+    assert len(batch["row_tokens"]) * batch["width"] <= 64 and batch["seconds"] > 0
+    for case in (one, batch):
         assert case["sdpa_backends"] and set(case["sdpa_backends"]) <= set(bench_gpu.SDPA_OPS.values())
+    assert sorted(scoring["logit_chunks"]) == ["16", "64"]
+    for n, chunk in scoring["logit_chunks"].items():
+        assert chunk["chunk_tokens"] == int(n) and chunk["seconds"] > 0
+        assert chunk["fp32_logits_gib"] == int(n) * 151_936 * 4 / 2**30
 
-    (step,) = report["step"]
-    assert step["new_tokens"] == 8 and len(step["step_s"]) == 1 and step["generated_tokens_per_s"] > 0
-    # both roles of one step: 2 prompts x 2 completions each, at most 8 tokens apiece
-    assert 0 < step["generated_tokens_per_step"][0] <= 2 * 2 * 2 * 8
+    # both engines of a GPU image without vLLM, the one the presets fall back to first
+    assert [s["engine"] for s in report["step"]] == ["hf_continuous", "hf"]
+    for step in report["step"]:
+        assert step["new_tokens"] == 8 and len(step["step_s"]) == 1 and step["generated_tokens_per_s"] > 0
+        # both roles of one step: 2 prompts x 2 completions each, at most 8 tokens apiece
+        assert 0 < step["generated_tokens_per_step"][0] <= 2 * 2 * 2 * 8
+        # one engine call per role, timed, and the attention its layers ran with
+        assert [c["rows"] for c in step["engine_calls"]] == [4, 4] and step["decode_step_s"] > 0
+        assert step["attention"] and sum(step["attention_seen"].values()) > 0
+    assert [s["engine_class"] for s in report["step"]] == ["HFContinuousEngine", "HFEngine"]
+
+    (point,) = report["context"]["points"]
+    assert point["prompt_tokens"] == 24 and point["rows"] == 2 and point["new_tokens"] == 4
+    assert point["prompt_tokens_mean"] >= 20 and point["generated_tokens"] == 2 * 4  # every row to the budget
+    assert point["decode_step_s"] is not None and point["prefill_s"] > 0 and point["attention"]
+
+
+def test_vllm_is_recorded_as_skipped_where_it_is_not_installed(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_gpu, "vllm_missing", lambda cfg: "vLLM is not installed")
+    assert main(["--cpu-check", "--parts", "step", "--engines", "vllm", "--out", str(tmp_path)]) == 0
+    (step,) = json.loads((tmp_path / "bench-gpu.json").read_text())["step"]
+    assert step["engine"] == "vllm" and step["skipped"] == "vLLM is not installed"
+
+
+def test_a_context_point_past_the_budget_is_skipped_with_its_reason(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(bench_gpu, "context_point", lambda *args: ran.append(args) or {})
+    assert main(["--cpu-check", "--parts", "context", "--budget-s", "1", "--context-tokens", "24", "48",
+                 "--out", str(tmp_path)]) == 0
+    points = json.loads((tmp_path / "bench-gpu.json").read_text())["context"]["points"]
+    assert [p["prompt_tokens"] for p in points] == [24, 48] and not ran
+    assert all("--budget-s 1" in p["skipped"] for p in points)
+
+
+def test_the_padded_micro_batch_is_the_first_one_training_builds():
+    from agon.policies import length_batches
+
+    rows = bench_gpu.training_rows(8192, 65536, 128)
+    assert len(rows) == 8 and max(rows) == 8191 and rows == sorted(rows, reverse=True)
+    tokens = bench_gpu.padded_tokens(rows, 128, 1000, 999)
+    assert len(rows) * (tokens.prompt_ids.size(1) + tokens.completion_ids.size(1)) <= 65536
+    assert length_batches(tokens.widths(), 65536, None, 8192)[0] == list(range(8))
 
 
 def test_a_failing_part_is_recorded_and_the_others_still_run_each_written_when_done(tmp_path, monkeypatch):
@@ -61,23 +107,28 @@ def test_a_failing_part_is_recorded_and_the_others_still_run_each_written_when_d
         on_disk["at_scoring"] = json.loads((out / "bench-gpu.json").read_text())
         return {"cases": {"one_row": {"row_tokens": [64], "error": "OutOfMemoryError: CUDA out of memory"}}}
 
-    def measure(n, prompts, generations, *_args, **_kwargs):
-        on_disk["at_step"] = json.loads((out / "bench-gpu.json").read_text())
-        return {"new_tokens": n, "prompts_per_step": prompts, "num_generations": generations, "step_s": [1.0],
-                "generation_s": [0.5], "generated_tokens_per_s": 10.0}
+    def measure(engine, n, prompts, generations, *_args, **_kwargs):
+        on_disk.setdefault("at_step", json.loads((out / "bench-gpu.json").read_text()))
+        if engine == "hf_continuous":
+            raise RuntimeError("CUDA out of memory in the paged cache")
+        return {"engine": engine, "new_tokens": n, "prompts_per_step": prompts, "num_generations": generations,
+                "step_s": [1.0], "generation_s": [0.5], "generated_tokens_per_s": 10.0}
 
     monkeypatch.setattr(bench_gpu, "collectives", broken)
     monkeypatch.setattr(bench_gpu, "scoring", scoring)
     monkeypatch.setattr(bench_gpu, "measure", measure)
-    assert main(["--cpu-check", "--out", str(out)]) == 1
+    assert main(["--cpu-check", "--parts", "collectives", "scoring", "step", "--out", str(out)]) == 1
     # the collectives' failure was on disk before scoring began, and scoring's before the step
     assert "NCCL error" in on_disk["at_scoring"]["collectives"]["error"]
     assert "scoring" not in on_disk["at_scoring"] and "step" not in on_disk["at_scoring"]
     assert on_disk["at_step"]["scoring"]["cases"]["one_row"]["error"].startswith("OutOfMemoryError")
     report = json.loads((out / "bench-gpu.json").read_text())
-    assert report["finished"] and report["step"][0]["generated_tokens_per_s"] == 10.0
+    # one engine's failure does not stop the next
+    assert report["finished"] and report["step"][1]["generated_tokens_per_s"] == 10.0
+    assert report["step"][0]["error"].startswith("RuntimeError: CUDA out of memory")
     assert report["errors"] == ["collectives: RuntimeError: NCCL error: unhandled system error",
-                                "scoring one_row: OutOfMemoryError: CUDA out of memory"]
+                                "scoring one_row: OutOfMemoryError: CUDA out of memory",
+                                "step hf_continuous 8: RuntimeError: CUDA out of memory in the paged cache"]
 
 
 def test_a_hung_collectives_child_is_cut_off_and_reported(tmp_path):
