@@ -38,9 +38,15 @@ def test_agon_vs_grpo_equal_work(agon_cache, tmp_path, capsys):
             assert pair[side][f"median_{key}"] == pair[side][key][1]  # the warm-up step is left out
         assert all(u == s - g for s, g, u in zip(pair[side]["step_s"], pair[side]["generation_s"],
                                                  pair[side]["update_s"]))
-    assert set(pair["ratio_agon_over_grpo"]) == {"step", "generation", "update"}
-    assert pair["ratio_agon_over_grpo"]["step"] == pair["agon"]["median_step_s"] / pair["grpo"]["median_step_s"]
-    assert pair["target_step_ratio"] == 2.1
+    assert set(pair["ratio_agon_over_grpo"]) == {"step", "generation", "update", "step_per_token"}
+    step = pair["agon"]["median_step_s"] / pair["grpo"]["median_step_s"]
+    assert pair["ratio_agon_over_grpo"]["step"] == step
+    assert pair["ratio_agon_over_grpo"]["step_per_token"] == pytest.approx(step / 2)  # twice the tokens
+    assert pair["target_step_per_token"] == 1.0
+    # compared with the committed baseline, in the report and on the console
+    moved = report["against_baseline"]["agon_over_grpo_step_per_token"]
+    assert moved["baseline"] == bench._read_baseline()["agon_over_grpo_step_per_token"]["value"]
+    assert moved["moved"] in ("within noise", "worse", "better")
     assert pair["setup"]["max_new_tokens"] == BUDGET and pair["setup"]["ignore_eos"] is True
     assert "trl" not in report and "scoring_memory" not in report  # --only ran one part
     printed = capsys.readouterr().out
@@ -124,3 +130,17 @@ def test_latent_vs_visible_reports_ratios_of_seconds_and_peak_memory_on_equal_wo
     assert ratio["step"] == latent["latent"]["median_step_s"] / latent["visible"]["median_step_s"]
     assert ratio["peak_memory"] == latent["memory"]["latent"]["peak_gib"] / latent["memory"]["visible"]["peak_gib"]
     assert "latent/vis" in capsys.readouterr().out
+
+
+def test_a_ratio_beyond_its_noise_is_said_to_have_moved_and_one_within_it_is_not():
+    """The comparison itself, on numbers worked out by hand: 10% noise around 1.0, lower is better."""
+    baseline = {"agon_over_grpo_step_per_token": {"value": 1.0, "noise": 0.10},
+                "trl_over_agon_step": {"value": 2.0, "noise": 0.10}}
+    report = {"agon_vs_grpo": {"ratio_agon_over_grpo": {"step_per_token": 1.25}},
+              "trl": {"speedup_trl_over_agon": 2.1}, "scoring_peak_ratio_selective_over_full": 0.3}
+    rows = bench.against_baseline(report, baseline)
+    assert rows["agon_over_grpo_step_per_token"]["moved"] == "worse"  # +25%, and lower is better
+    assert rows["trl_over_agon_step"]["moved"] == "within noise"  # +5%
+    assert rows["scoring_peak_selective_over_full"]["moved"] == "new"  # no baseline for it
+    report["trl"]["speedup_trl_over_agon"] = 1.5  # TRL's step no longer as much slower: agon lost its lead
+    assert bench.against_baseline(report, baseline)["trl_over_agon_step"]["moved"] == "worse"

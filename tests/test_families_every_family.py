@@ -18,7 +18,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agon.config import ConfigError, compose_config, validate
+from agon.checks import compose_config, validate
+from agon.config import ConfigError
 from agon.engines import ENGINES
 from agon.families import get_family, known_families
 
