@@ -164,7 +164,7 @@ def tokenizer():
 
 
 def compose(overrides: list[str]):
-    from agon.config import compose_config
+    from agon.checks import compose_config
 
     return compose_config([*BASE_OVERRIDES, *overrides])
 
