@@ -32,9 +32,8 @@ SMALL_SPACES = {
     "reasoning_gym": ["name=products", "train_size=300", "heldout_size=100", "+dataset_args.min_digits=1",
                       "+dataset_args.max_digits=1"],
 }
-# tasks known to repeat problems inside a split (the test stays, so the fix shows as an unexpected pass)
-KNOWN = {"reasoning_gym": "reasoning-gym draws each split with its own seed and agon removes only the held-out "
-                          "questions from the pool (agon/tasks/reasoning_gym.py): 38 of 100 held-out problems repeat"}
+# tasks known to repeat problems inside a split (the test stays, so a fix shows as an unexpected pass); none now
+KNOWN: dict[str, str] = {}
 
 
 def _duplicates(values) -> list:

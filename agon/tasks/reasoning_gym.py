@@ -119,19 +119,31 @@ class ReasoningGymTask(Task):
         try:
             make = reasoning_gym.create_dataset
             self._ds = {
-                "heldout": make(name, size=max(1, cfg.heldout_size), seed=cfg.split_seed, **kwargs),
+                # twice the size asked for, so that the held-out split still fills after repeats are dropped (an item
+                # depends on the seed and its index only: the first heldout_size items are the same at any size)
+                "heldout": make(name, size=max(1, 2 * cfg.heldout_size), seed=cfg.split_seed, **kwargs),
                 "train": make(name, size=cfg.train_size, seed=cfg.split_seed + 1, **kwargs),
             }
         except TypeError as e:
             raise ValueError(f"task.dataset_args {kwargs} do not fit reasoning-gym dataset {name!r}: {e}") from None
-        self._heldout = [self._problem("heldout", i, e) for i, e in enumerate(self._ds["heldout"])][: cfg.heldout_size]
+        # each question once in its split, and none in both: reasoning-gym draws items independently, so a small space
+        # repeats them (38 of 100 held-out one-digit products did); a repeat would count one problem twice in
+        # pass@1 and let training see a held-out question
+        self._heldout = self._distinct("heldout", self._ds["heldout"], set())[: cfg.heldout_size]
         held_q = {p.question for p in self._heldout}
-        self._train = [
-            self._problem("train", i, e) for i, e in enumerate(self._ds["train"]) if e["question"] not in held_q
-        ]
+        self._train = self._distinct("train", self._ds["train"], held_q)
         if not self._train:
             raise ValueError(f"reasoning-gym {name!r}: no training problems left outside the held-out split")
         log.info("reasoning_gym %s %s: %d train, %d held out", name, kwargs, len(self._train), len(self._heldout))
+
+    def _distinct(self, split: str, entries: Any, exclude: set[str]) -> list[Problem]:
+        """The entries as problems, each question once and none of ``exclude``, in their order."""
+        seen, out = set(exclude), []
+        for i, e in enumerate(entries):
+            if e["question"] not in seen:
+                seen.add(e["question"])
+                out.append(self._problem(split, i, e))
+        return out
 
     def _problem(self, split: str, index: int, entry: dict) -> Problem:
         answer = entry.get("answer")
