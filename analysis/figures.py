@@ -49,32 +49,63 @@ from matplotlib.ticker import MaxNLocator
 
 from agon.methods import METHODS
 from analysis.claims import RULES, claims_markdown, claims_table, in_tokens
+from analysis.labels import cell_label
 from analysis.load import Runs, is_ablation, is_baseline, load_runs, newest_multirun
 from analysis.tables import RECAP_SHOWN, cell_interval, format_table, recap_values, results_table, write_tables
 
 # files only, no display (pyplot picks its backend lazily, at the first figure)
 matplotlib.use("Agg")
 
-REWARD_COLORS = {"competitive": "#c44e52", "cooperative": "#4c72b0", "paper": "#dd8452"}
-# baselines' colours, in the order the registry lists them (methods it does not know come after); it cycles
-BASELINE_COLORS = ("#937860", "#7f7f7f", "#8172b3", "#da8bc3", "#ccb974", "#64b5cd")
+# Okabe & Ito's colour-blind-safe palette (Color Universal Design, 2008), each a fixed meaning across every figure.
+# tests/analysis/test_figures_print.py checks every pair a figure draws under simulated deuteranopia and protanopia
+# (colorspacious, CAM02-UCS): no two colours closer than CVD_MIN_DISTANCE; line styles, hatches and markers are
+# the second channel
+OKABE_ITO = {"orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442", "blue": "#0072B2",
+             "vermillion": "#D55E00", "purple": "#CC79A7", "black": "#000000"}
+REWARD_COLORS = {"competitive": OKABE_ITO["vermillion"], "cooperative": OKABE_ITO["blue"],
+                 "paper": OKABE_ITO["orange"]}
+# baselines' colours, in the order the registry lists them (self-refine, GRPO, MoA; methods it does not know come
+# after); it cycles
+BASELINE_COLORS = (OKABE_ITO["purple"], OKABE_ITO["black"], OKABE_ITO["green"], OKABE_ITO["yellow"],
+                   OKABE_ITO["sky"])
 # a baseline run with other settings beside its plain cell (GRPO at Agon's rollout budget, experiment=grpo_matched,
-# beside GRPO) gets a colour of its own, not its method's: hues none of the palettes above use; it cycles
-VARIANT_COLORS = ("#1b7f79", "#e07b39", "#3d5a80", "#a05195")
-CONVERSION_COLOR, REGRESSION_COLOR = "#55a868", "#c44e52"
+# beside GRPO) gets a colour of its own, not its method's: dark grey beside GRPO's black first; it cycles
+VARIANT_COLORS = ("#555555", OKABE_ITO["yellow"], OKABE_ITO["sky"])
+CONVERSION_COLOR, REGRESSION_COLOR = OKABE_ITO["blue"], OKABE_ITO["vermillion"]
+# the smallest CAM02-UCS distance allowed between two colours of one figure under full deuteranopia or protanopia
+# (a just-noticeable difference is about 1-2; the old red-brown pair was 4.3, Okabe-Ito's closest pair used here 11)
+CVD_MIN_DISTANCE = 10.0
+# a cell's marker where lines meet (the held-out points), a channel beside colour and line style
+CELL_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 GRID_REWARDS, GRID_EXCHANGES = ("competitive", "cooperative"), ("visible", "hidden")
+# a paper's two widths (inches): one column and the full text width of a two-column or NeurIPS page
+COLUMN_WIDTH, FULL_WIDTH = 3.3, 6.9
+# cells whose mean final-stage lengths differ by less than this share are drawn as a note, not as bars
+SAME_LENGTH = 0.01
+# the smallest text a figure may hold at the size it is printed (points)
+MIN_FONT = 7.0
 STYLE = {
     "figure.dpi": 100,
-    "savefig.dpi": 150,
-    "font.size": 10,
-    "axes.titlesize": 11,
-    "axes.labelsize": 10,
+    "savefig.dpi": 300,
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "figure.titlesize": 8.5,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": True,
     "grid.alpha": 0.3,
+    "grid.linewidth": 0.5,
+    "axes.linewidth": 0.6,
+    "lines.linewidth": 1.2,
+    "xtick.major.width": 0.6,
+    "ytick.major.width": 0.6,
     "legend.frameon": False,
-    "hatch.linewidth": 0.8,
+    "hatch.linewidth": 0.6,
+    "pdf.fonttype": 42,  # TrueType in the PDF: text a journal's checker can read and an editor can change
 }
 
 
@@ -132,8 +163,9 @@ def cell_style(row: Any, colors: dict[Any, str]) -> dict:
 
 def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    fig.savefig(paths[0], bbox_inches="tight", metadata={"Software": None})
-    fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None, "Creator": None, "Producer": None})
+    fig.savefig(paths[0], bbox_inches="tight", pad_inches=0.02, metadata={"Software": None})
+    fig.savefig(paths[1], bbox_inches="tight", pad_inches=0.02,
+                metadata={"CreationDate": None, "Creator": None, "Producer": None})
     plt.close(fig)
     return paths
 
@@ -145,58 +177,62 @@ def _setting(data: Runs) -> str:
     return f"task: {tasks} · model: {models}"
 
 
-def _tick(row: Any) -> str:
-    """A cell's x tick label: one line per part of its label, long parts wrapped."""
-    # a named experiment shows by its name alone: "[experiment=grpo_matched]" would not fit under one bar
-    cell = str(row["cell"]).replace("[experiment=", "[")
-    parts = cell.replace(" [", " · [").replace(" (", " · (").replace(",", ", ").split(" · ")
-    lines = [line for part in parts for line in textwrap.wrap(part, 14, break_on_hyphens=False)]
-    return "\n".join([*lines, f"(n={int(row['seeds'])})"])
+def _tick(row: Any, width: int = 30) -> str:
+    """A cell's row label: its human label (``analysis.labels``), wrapped, and its seed count."""
+    text = f"{cell_label(row['cell'])} (n={int(row['seeds'])})"
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False))
 
 
 def _bars(ax: plt.Axes, data: Runs, table: pd.DataFrame, metric: str, eval_column: str, scale: float) -> None:
-    """One bar per cell (mean over seeds), its seeds as points, its 95% interval as an error bar."""
+    """One horizontal bar per cell (mean over seeds), top to bottom in the table's order, its seeds as points, its
+    95% interval as an error bar. Horizontal, so that a cell's label reads on one or two lines at any count of
+    cells."""
     runs = data.runs[data.runs["status"] == "complete"]
     rng = np.random.default_rng(0)
     colors = cell_colors(data.runs)
-    for x, (_, row) in enumerate(table.iterrows()):
+    for y, (_, row) in enumerate(table.iterrows()):
         style = cell_style(row, colors)
         cell_runs = runs[runs["cell_key"] == row["cell_key"]]
         values = pd.to_numeric(cell_runs[metric], errors="coerce").dropna()
         if values.empty:
-            ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=8, color="0.4")
+            ax.text(0, y, " n/a", ha="left", va="center", color="0.3")
             continue
-        ax.bar(
-            x,
-            values.mean() * scale,
-            width=0.7,
-            color=style["color"],
-            hatch=style["hatch"],
-            edgecolor=style["edge"],
-            linewidth=1.0,
-            zorder=2,
-        )
+        ax.barh(y, values.mean() * scale, height=0.7, color=style["color"], hatch=style["hatch"],
+                edgecolor=style["edge"], linewidth=0.6, zorder=2)
         jitter = rng.uniform(-0.12, 0.12, len(values)) if len(values) > 1 else np.zeros(1)
-        ax.scatter(x + jitter, values * scale, s=18, color="black", zorder=4, linewidths=0)
+        ax.scatter(values * scale, y + jitter, s=6, color="white", edgecolor="black", zorder=4, linewidths=0.5)
         lo, hi, _ = cell_interval(cell_runs, data.evals, metric, eval_column)
         if not math.isnan(lo):
             mean = values.mean() * scale
-            ax.errorbar(
-                x,
-                mean,
-                yerr=[[mean - lo * scale], [hi * scale - mean]],
-                color="black",
-                capsize=4,
-                linewidth=1.2,
-                zorder=3,
-            )
-    ax.set_xticks(range(len(table)), [_tick(r) for _, r in table.iterrows()], fontsize=8)
-    ax.set_xlim(-0.6, len(table) - 0.4)
+            ax.errorbar(mean, y, xerr=[[mean - lo * scale], [hi * scale - mean]], color="black", capsize=2,
+                        linewidth=0.8, zorder=3)
+    ax.set_yticks(range(len(table)), [_tick(r) for _, r in table.iterrows()])
+    ax.set_ylim(len(table) - 0.4, -0.6)
+    ax.grid(axis="y", visible=False)
+
+
+def _hatch_key(table: pd.DataFrame) -> list[Any]:
+    """Legend entries for the hatches the table's cells use: a grey swatch with the hatch drawn dark, never an
+    empty box."""
+    def swatch(hatch: str, label: str) -> Patch:
+        return Patch(facecolor="0.8", edgecolor="0.15", hatch=hatch, linewidth=0.6, label=label)
+
+    out = []
+    if (table["exchange"] == "hidden").any():
+        out.append(swatch("//", "hidden exchange (lighter)"))
+    out += [swatch(hatch, f"latent exchange ({span})") for span, hatch in (("recap", "\\\\"), ("trace", "\\\\\\"))
+            if (table["exchange"] == f"latent:{span}").any()]
+    if (table["rotation"] == "fixed").any():
+        out.append(swatch("xx", "fixed roles"))
+    if (table["init"] == "symmetric").any():
+        out.append(swatch("..", "symmetric init"))
+    return out
 
 
 def accuracy_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
-    fig = plt.figure(figsize=(max(11.0, 5.5 + 0.95 * len(table)), 5.0), layout="constrained")
-    grid_ax, bar_ax = fig.subplots(1, 2, width_ratios=[1.3, max(1.6, 0.4 * len(table))])
+    """Full width: the 2x2 grid (reward x exchange) as a heat map with its numbers, and every cell as a bar."""
+    fig = plt.figure(figsize=(FULL_WIDTH, 1.6 + 0.24 * max(len(table), 4)), layout="constrained")
+    grid_ax, bar_ax = fig.subplots(1, 2, width_ratios=[1.0, 1.9])
 
     # the 2x2 grid: reward (rows) x exchange (columns), the method under study at its default rotation and init
     grid = [not is_baseline(r["method"]) and not is_ablation(r) for _, r in table.iterrows()]
@@ -210,97 +246,72 @@ def accuracy_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
                 continue
             row = match.iloc[0]
             values[i, j] = row["accuracy"] * 100
-            ci = (
-                ""
-                if math.isnan(row["accuracy_ci_low"])
-                else (f"\nCI {row['accuracy_ci_low'] * 100:.1f}–{row['accuracy_ci_high'] * 100:.1f}")
-            )
+            ci = ("" if math.isnan(row["accuracy_ci_low"])
+                  else f"\n[{row['accuracy_ci_low'] * 100:.1f}, {row['accuracy_ci_high'] * 100:.1f}]")
             delta = "" if math.isnan(row["delta"]) else f"\nΔ {row['delta'] * 100:+.1f} pts"
             notes[i][j] = f"{values[i, j]:.1f}%{ci}{delta}\nn={int(row['seeds'])}"
     finite = values[np.isfinite(values)]
     vmin, vmax = (max(0.0, finite.min() - 5), min(100.0, finite.max() + 5)) if finite.size else (0.0, 100.0)
-    masked = np.ma.masked_invalid(values)
-    cmap = plt.get_cmap("YlGn").with_extremes(bad="0.92")
-    image = grid_ax.imshow(masked, cmap=cmap, vmin=vmin, vmax=vmax)
+    # viridis: ordered in lightness, so it reads the same to every reader and in greyscale
+    cmap = plt.get_cmap("viridis").with_extremes(bad="0.92")
+    grid_ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=vmax)
     for i in range(2):
         for j in range(2):
-            dark = np.isfinite(values[i, j]) and (values[i, j] - vmin) / max(vmax - vmin, 1e-9) > 0.6
-            grid_ax.text(j, i, notes[i][j], ha="center", va="center", fontsize=9, color="white" if dark else "black")
-    grid_ax.set_xticks([0, 1], [f"exchange:\n{e}" for e in GRID_EXCHANGES])
-    grid_ax.set_yticks([0, 1], [f"reward:\n{r}" for r in GRID_REWARDS])
+            light = np.isfinite(values[i, j]) and (values[i, j] - vmin) / max(vmax - vmin, 1e-9) > 0.6
+            grid_ax.text(j, i, notes[i][j], ha="center", va="center", color="black" if light else "white"
+                         if np.isfinite(values[i, j]) else "black")
+    grid_ax.set_xticks([0, 1], list(GRID_EXCHANGES))
+    grid_ax.set_yticks([0, 1], list(GRID_REWARDS), rotation=90, va="center")
+    grid_ax.set_xlabel("exchange")
+    grid_ax.set_ylabel("reward")
     grid_ax.grid(False)
     for side in ("top", "right", "left", "bottom"):
         grid_ax.spines[side].set_visible(False)
-    grid_ax.set_title("2x2 grid: pass@1, 95% CI,\nchange since start (Δ), seeds (n)")
-    fig.colorbar(image, ax=grid_ax, shrink=0.6, label="pass@1 (%)")
+    grid_ax.set_title("(a) Agon's 2x2 grid: pass@1 %,\n95% CI, change since start, seeds")
 
     # every cell, baselines included
     _bars(bar_ax, data, table, "eval/accuracy", "correct", 100)
     runs = data.runs[data.runs["status"] == "complete"]
-    for x, (_, row) in enumerate(table.iterrows()):
-        start = pd.to_numeric(
-            runs.loc[runs["cell_key"] == row["cell_key"], "eval/accuracy_at_start"], errors="coerce"
-        ).dropna()
+    for y, (_, row) in enumerate(table.iterrows()):
+        start = pd.to_numeric(runs.loc[runs["cell_key"] == row["cell_key"], "eval/accuracy_at_start"],
+                              errors="coerce").dropna()
         if not start.empty:
-            bar_ax.plot(
-                [x - 0.35, x + 0.35],
-                [start.mean() * 100] * 2,
-                color="0.25",
-                linestyle=(0, (2, 1.5)),
-                linewidth=1.4,
-                zorder=5,
-            )
-    bar_ax.set_ylabel("final-stage pass@1 (%)")
-    bar_ax.set_ylim(0, min(100, max(10.0, (bar_ax.get_ylim()[1]) * 1.08)))
-    bar_ax.set_title("Every cell and baseline (CI over seeds where n>1, else over problems)")
-    bar_ax.legend(
+            bar_ax.plot([start.mean() * 100] * 2, [y - 0.35, y + 0.35], color="black", linestyle=(0, (1.5, 1)),
+                        linewidth=1.0, zorder=5)
+    bar_ax.set_xlabel("final-stage pass@1 (%)")
+    bar_ax.set_xlim(0, min(100, max(10.0, bar_ax.get_xlim()[1] * 1.05)))
+    bar_ax.set_title("(b) every cell: mean, seeds, 95% CI")
+    fig.legend(
         handles=[
-            Line2D([], [], marker="o", linestyle="", color="black", markersize=4, label="one seed"),
-            Line2D([], [], color="black", marker="_", markersize=8, label="95% CI (t over seeds)"),
-            Line2D([], [], color="0.25", linestyle=(0, (2, 1.5)), label="before training"),
-            *[
-                Patch(facecolor=color, label=f"{reward} reward")
-                for reward, color in REWARD_COLORS.items()
-                if (table["reward"] == reward).any()
-            ],
-            *(
-                [Patch(facecolor="white", edgecolor="0.3", hatch="//", label="hidden exchange")]
-                if (table["exchange"] == "hidden").any()
-                else []
-            ),
-            *(
-                [Patch(facecolor="white", edgecolor="0.3", hatch=hatch, label=f"latent exchange ({span})")
-                 for span, hatch in (("recap", "\\\\"), ("trace", "\\\\\\"))
-                 if (table["exchange"] == f"latent:{span}").any()]
-            ),
-            *(
-                [Patch(facecolor="white", edgecolor="0.3", hatch="xx", label="fixed roles")]
-                if (table["rotation"] == "fixed").any()
-                else []
-            ),
-            *(
-                [Patch(facecolor="white", edgecolor="0.3", hatch="..", label="symmetric init")]
-                if (table["init"] == "symmetric").any()
-                else []
-            ),
+            Line2D([], [], marker="o", linestyle="", markerfacecolor="white", markeredgecolor="black",
+                   markersize=3, label="one seed"),
+            Line2D([], [], color="black", linewidth=0.8, label="95% CI"),
+            Line2D([], [], color="black", linestyle=(0, (1.5, 1)), label="before training"),
+            *_hatch_key(table),
         ],
-        loc="upper left",
-        bbox_to_anchor=(1.0, 1.0),
-        fontsize=8,
+        loc="outside lower center", ncols=4,
     )
-    fig.suptitle(f"Cascade accuracy after training ({_setting(data)})")
     return fig
 
 
 def trace_length_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.25 * len(table) + 1.5), 4.2), layout="constrained")
+    """One column: final-stage length per cell. When every cell has the same length (a task whose answers all
+    run to one length), a note says so instead of bars that could not differ."""
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 1.0 + 0.24 * max(len(table), 3)), layout="constrained")
+    runs = data.runs[data.runs["status"] == "complete"]
+    values = pd.to_numeric(runs.get("eval/final_trace_tokens", pd.Series(dtype=float)), errors="coerce")
+    means = values.groupby(runs["cell_key"]).mean().dropna() if "cell_key" in runs else values.dropna()
+    # cells whose mean lengths lie within 1% of each other: bars that cannot differ to the eye say nothing
+    if means.empty or means.max() - means.min() < SAME_LENGTH * max(1.0, abs(means.max())):
+        fig.set_size_inches(COLUMN_WIDTH, 0.8)
+        ax.axis("off")
+        what = ("no run logged a final-stage length" if means.empty else
+                f"every cell: {means.min():.1f}–{means.max():.1f} tokens\n(within 1% of each other: the length\n"
+                "is set by the task, not by the method)")
+        ax.text(0.5, 0.5, what, ha="center", va="center", transform=ax.transAxes)
+        return fig
     _bars(ax, data, table, "eval/final_trace_tokens", "tokens", 1)
-    ax.set_ylabel("final-stage completion length (tokens)")
-    ax.set_title(
-        f"Final-stage trace length after training ({_setting(data)})\n"
-        "bars: mean over seeds · points: seeds · error bars: 95% CI",
-        fontsize=10,
-    )
+    ax.set_xlabel("final-stage completion length (tokens)")
     return fig
 
 
@@ -351,24 +362,27 @@ def reference_cell(data: Runs) -> Any:
 
 def _band(ax: plt.Axes, curves: pd.DataFrame, color: Any, linestyle: Any) -> None:
     """The mean over seeds as a line and the seeds' range as a band (one seed: the line alone)."""
-    ax.plot(curves.index, curves.mean(axis=1), color=color, linestyle=linestyle, linewidth=1.8)
+    ax.plot(curves.index, curves.mean(axis=1), color=color, linestyle=linestyle, linewidth=1.2)
     if curves.shape[1] > 1:
         ax.fill_between(curves.index, curves.min(axis=1), curves.max(axis=1), color=color, alpha=0.1, linewidth=0)
 
 
 def training_curves_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
-    """Training accuracy, its difference from GRPO's on the same seed, and final-stage trace length over steps."""
-    fig, axes = plt.subplots(2, 2, figsize=(11.0, 7.6), layout="constrained", sharex=True)
-    (acc_ax, diff_ax), (len_ax, key_ax) = axes
+    """Full width, four panels: (a) training accuracy, (b) held-out pass@1 at each evaluation (its own axis: a
+    held-out point is not a training accuracy), (c) training accuracy minus GRPO's on the same seed, (d) final-stage
+    trace length over steps; one legend below for every cell."""
+    fig, axes = plt.subplots(2, 2, figsize=(FULL_WIDTH, 4.6 + 0.1 * len(table)), layout="constrained",
+                             sharex=True)
+    (acc_ax, eval_ax), (diff_ax, len_ax) = axes
     steps = data.steps
     colors = cell_colors(data.runs)
     reference = reference_cell(data)
     ref_acc = seed_curves(steps, reference, "train/accuracy", 100) if reference is not None else pd.DataFrame()
-    ref_eval = eval_points(steps, reference) if reference is not None else pd.DataFrame()
     handles = []
-    for _, row in table.iterrows():
+    for k, (_, row) in enumerate(table.iterrows()):
         style = cell_style(row, colors)
         color, linestyle = style.get("line", style["color"]), style["linestyle"]
+        marker = CELL_MARKERS[k % len(CELL_MARKERS)]
         acc = seed_curves(steps, row["cell_key"], "train/accuracy", 100)
         length = seed_curves(steps, row["cell_key"], "train/final_trace_tokens")
         evals = eval_points(steps, row["cell_key"])
@@ -379,132 +393,98 @@ def training_curves_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
         if not length.empty:
             _band(len_ax, length, color, linestyle)
         if not evals.empty:
-            acc_ax.scatter(evals.index, evals.mean(axis=1), color=color, edgecolor="black", s=28, zorder=4,
-                           linewidths=0.6)
+            mean = evals.mean(axis=1)
+            spread = [mean - evals.min(axis=1), evals.max(axis=1) - mean]
+            eval_ax.errorbar(evals.index, mean, yerr=spread, color=color, linestyle=linestyle if len(mean) > 4
+                             else "none", marker=marker, markersize=3.5, markeredgecolor="black",
+                             markeredgewidth=0.4, linewidth=0.9, elinewidth=0.6, capsize=1.5)
         # paired by seed: the same seed trains on the same problems at each step in every cell
         paired = [s for s in acc.columns if s in ref_acc.columns]
         if paired and row["cell_key"] != reference:
             _band(diff_ax, acc[paired] - ref_acc[paired], color, linestyle)
-            both = [s for s in evals.columns if s in ref_eval.columns]
-            if both:
-                gap = (evals[both] - ref_eval[both]).dropna(how="all").mean(axis=1)
-                diff_ax.scatter(gap.index, gap.values, color=color, edgecolor="black", s=28, zorder=4,
-                                linewidths=0.6)
         incomplete = int(row.get("incomplete", 0) or 0)
         note = f"n={int(row['seeds'])}" + (f", {incomplete} incomplete" if incomplete else "")
-        handles.append(Line2D([], [], color=color, linestyle=linestyle, linewidth=1.8,
-                              label=f"{row['cell']} ({note})"))
+        handles.append(Line2D([], [], color=color, linestyle=linestyle, marker=marker, markersize=3.5,
+                              markeredgecolor="black", markeredgewidth=0.4, label=f"{cell_label(row['cell'])} ({note})"))
     if not handles:
         for ax in (acc_ax, len_ax):
             ax.text(0.5, 0.5, "no metrics.jsonl rows", ha="center", va="center", transform=ax.transAxes)
     if ref_acc.empty:
         diff_ax.text(0.5, 0.5, "no GRPO cell to compare with", ha="center", va="center", transform=diff_ax.transAxes)
-    diff_ax.axhline(0, color="black", linewidth=0.8)
-    handles += [
-        Line2D([], [], marker="o", linestyle="", color="white", markeredgecolor="black",
-               label="held-out eval (pass@1), mean over seeds"),
-        Patch(facecolor="0.5", alpha=0.3, label="range over seeds"),
-    ]
+    diff_ax.axhline(0, color="black", linewidth=0.6)
     low, high = acc_ax.get_ylim()
     acc_ax.set_ylim(max(0.0, low), min(100.0, max(high, max(0.0, low) + 10)))
-    acc_ax.set_ylabel("accuracy of final-stage completions (%)")
-    acc_ax.set_title("Training accuracy (each run smoothed; mean over seeds)")
-    diff_ax.set_ylabel("minus GRPO on the same seed (points)")
-    diff_ax.set_title("Training accuracy minus GRPO's (same seed, same problems)")
-    len_ax.set_ylabel("final-stage completion length (tokens)")
-    len_ax.set_title("Final-stage trace length during training")
-    for ax in (acc_ax, diff_ax, len_ax):
+    acc_ax.set_ylabel("training accuracy (%)")
+    acc_ax.set_title("(a) training accuracy (smoothed; band: seeds' range)")
+    eval_ax.set_ylabel("held-out pass@1 (%)")
+    eval_ax.set_title("(b) held-out evaluations (mean; bar: seeds' range)")
+    if eval_ax.has_data() is False:
+        eval_ax.text(0.5, 0.5, "no evaluations", ha="center", va="center", transform=eval_ax.transAxes)
+    diff_ax.set_ylabel("minus GRPO, same seed (points)")
+    diff_ax.set_title("(c) training accuracy minus GRPO's")
+    len_ax.set_ylabel("final-stage length (tokens)")
+    len_ax.set_title("(d) trace length during training")
+    for ax in axes.flat:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in (len_ax, diff_ax):
         ax.set_xlabel("training step")
-    diff_ax.tick_params(labelbottom=True)  # the panel below it holds the legend, not an axis
-    key_ax.axis("off")
-    key_ax.legend(handles=handles, loc="upper left", fontsize=9)
-    fig.suptitle(f"Training curves ({_setting(data)}); each run a rolling mean over a fifth of its steps")
+    fig.legend(handles=handles, loc="outside lower center", ncols=2 if len(handles) > 3 else len(handles) or 1)
     return fig
 
 
 def conversion_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
+    """One column: conversion and regression per cell, as paired horizontal bars (blue, vermillion hatched)."""
     shown = table[table["conversion_rate"].notna() | table["regression_rate"].notna()]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(shown) + 2), 4.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 1.2 + 0.34 * max(len(shown), 2)), layout="constrained")
     runs = data.runs[data.runs["status"] == "complete"]
     rng = np.random.default_rng(0)
-    width = 0.38
-    for x, (_, row) in enumerate(shown.iterrows()):
+    height = 0.38
+    for y, (_, row) in enumerate(shown.iterrows()):
         cell_runs = runs[runs["cell_key"] == row["cell_key"]]
         for offset, metric, color, hatch in (
-            (-width / 2, "eval/conversion_rate", CONVERSION_COLOR, ""),
-            (width / 2, "eval/regression_rate", REGRESSION_COLOR, "\\\\"),
+            (-height / 2, "eval/conversion_rate", CONVERSION_COLOR, ""),
+            (height / 2, "eval/regression_rate", REGRESSION_COLOR, "////"),
         ):
             values = pd.to_numeric(cell_runs[metric], errors="coerce").dropna() * 100
             if values.empty:
                 continue
-            ax.bar(x + offset, values.mean(), width=width, color=color, hatch=hatch, edgecolor="white", zorder=2)
-            ax.text(
-                x + offset,
-                1,
-                f"{values.mean():.1f}",
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                zorder=5,
-                bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
-            )
+            ax.barh(y + offset, values.mean(), height=height, color=color, hatch=hatch, edgecolor="white",
+                    linewidth=0.0, zorder=2)
             jitter = rng.uniform(-0.06, 0.06, len(values)) if len(values) > 1 else np.zeros(1)
-            ax.scatter(x + offset + jitter, values, s=14, color="black", zorder=4, linewidths=0)
+            ax.scatter(values, y + offset + jitter, s=5, color="white", edgecolor="black", zorder=4,
+                       linewidths=0.4)
             lo, hi, how = cell_interval(cell_runs, None, metric, "")
             if how == "seeds":
-                ax.errorbar(
-                    x + offset,
-                    values.mean(),
-                    yerr=[[values.mean() - lo * 100], [hi * 100 - values.mean()]],
-                    color="black",
-                    capsize=3,
-                    linewidth=1.0,
-                    zorder=3,
-                )
-    ax.set_xticks(range(len(shown)), [_tick(r) for _, r in shown.iterrows()], fontsize=8)
+                ax.errorbar(values.mean(), y + offset, xerr=[[values.mean() - lo * 100], [hi * 100 - values.mean()]],
+                            color="black", capsize=1.5, linewidth=0.7, zorder=3)
+    ax.set_yticks(range(len(shown)), [_tick(r, 24) for _, r in shown.iterrows()])
+    ax.set_ylim(len(shown) - 0.4, -0.6)
+    ax.grid(axis="y", visible=False)
     if shown.empty:
-        ax.text(
-            0.5,
-            0.5,
-            "no cascade results (conversion and regression are null)",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
-    ax.set_ylabel("rate over held-out problems (%)")
-    ax.set_ylim(0, min(100.0, max(10.0, ax.get_ylim()[1] * 1.25)))
-    ax.set_title(
-        f"Conversion and regression in the cascade ({_setting(data)})\n"
-        "points: seeds · error bars: 95% t interval over seeds (cells with several)",
-        fontsize=10,
-    )
-    ax.legend(
+        ax.text(0.5, 0.5, "no cascade results\n(conversion and regression are null)", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("rate over held-out problems (%)")
+    ax.set_xlim(0, min(100.0, max(10.0, ax.get_xlim()[1] * 1.05)))
+    fig.legend(
         handles=[
-            Patch(facecolor=CONVERSION_COLOR, label="conversion  P(final right | draft wrong)"),
-            Patch(
-                facecolor=REGRESSION_COLOR,
-                hatch="\\\\",
-                edgecolor="white",
-                label="regression  P(final wrong | draft right)",
-            ),
+            Patch(facecolor=CONVERSION_COLOR, label="conversion: P(final right | draft wrong)"),
+            Patch(facecolor=REGRESSION_COLOR, hatch="////", edgecolor="white",
+                  label="regression: P(final wrong | draft right)"),
         ],
-        loc="upper right",
-        fontsize=8,
+        loc="outside lower center", ncols=1,
     )
     return fig
 
 
-RECAP_COLORS = ("#8172b3", "#55a868", "#c44e52", "#b0b0b0")
+RECAP_COLORS = (OKABE_ITO["blue"], OKABE_ITO["green"], OKABE_ITO["vermillion"], OKABE_ITO["black"])
 RECAP_MARKERS = ("o", "^", "v", "s")
 # the recap figure is drawn for a page's width (inches) and read there unscaled
-PAGE_WIDTH = 7.0
+PAGE_WIDTH = FULL_WIDTH
 
 
 def _label(row: Any, width: int = 26) -> str:
     """A cell's label on one or two lines, a named experiment by its name alone (as ``_tick`` does)."""
-    return "\n".join(textwrap.wrap(str(row["cell"]).replace("[experiment=", "["), width, break_on_hyphens=False))
+    return "\n".join(textwrap.wrap(cell_label(row["cell"]), width, break_on_hyphens=False))
 
 
 def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
@@ -517,8 +497,8 @@ def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
         return None
     shown = [(r, read_as) for _, r in table.iterrows() for read_as in ("recap", "latent")
              if not recap_values(steps, r, "none", "last", read_as).empty]
-    with plt.rc_context({"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9}):
-        fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 1.6 + 0.42 * max(1, len(shown))), layout="constrained",
+    if True:
+        fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 1.2 + 0.36 * max(1, len(shown))), layout="constrained",
                                  sharey=True, sharex=True)
         offsets = np.linspace(-0.27, 0.27, len(RECAP_SHOWN))
         for ax, which in zip(axes, ("first", "last")):
@@ -527,11 +507,11 @@ def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
                     values = recap_values(steps, row, condition, which, read_as).dropna() * 100
                     if values.empty:
                         continue
-                    ax.scatter(values, np.full(len(values), y + offsets[k]), s=8, color=color, alpha=0.5,
+                    ax.scatter(values, np.full(len(values), y + offsets[k]), s=4, color=color, alpha=0.4,
                                linewidths=0, zorder=2)
-                    ax.scatter([values.mean()], [y + offsets[k]], s=34, color=color, marker=marker,
-                               edgecolor="black", linewidths=0.5, zorder=3)
-            ax.set_title("first evaluation (before training)" if which == "first" else "last evaluation")
+                    ax.scatter([values.mean()], [y + offsets[k]], s=16, color=color, marker=marker,
+                               edgecolor="black", linewidths=0.4, zorder=3)
+            ax.set_title("(a) first evaluation (before training)" if which == "first" else "(b) last evaluation")
             ax.set_xlabel("challenger's accuracy (%)")
             ax.grid(axis="y", visible=False)
             for y in range(len(shown) - 1):
@@ -541,24 +521,23 @@ def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
         axes[0].set_yticks(range(len(shown)), labels)
         axes[0].set_ylim(len(shown) - 0.5, -0.5)
         fig.legend(handles=[Line2D([], [], marker=m, linestyle="", color=c, markeredgecolor="black",
-                                   markersize=6, label=RECAP_SHOWN[k])
+                                   markersize=4, label=RECAP_SHOWN[k])
                             for k, c, m in zip(RECAP_SHOWN, RECAP_COLORS, RECAP_MARKERS)],
-                   loc="outside lower center", ncols=len(RECAP_SHOWN), fontsize=9)
-        fig.suptitle(f"What the challenger does with a recap ({_setting(data)})\n"
-                     "markers: mean over seeds; dots: seeds", fontsize=10)
+                   loc="outside lower center", ncols=len(RECAP_SHOWN))
     return fig
 
 
 def divergence_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
-    """The adapters' divergence (``eval/divergence``, in points) at each evaluation, per cell: the mean over seeds
-    joined by a line, each seed a dot. None when no run logged it (runs from before the metric existed)."""
+    """One column: the adapters' divergence (``eval/divergence``, in points) at each evaluation, per cell: the mean
+    over seeds as a marker with the seeds' range, joined only where there are more than 4 evaluations (a line
+    through 3 points draws a course nobody measured). None when no run logged it."""
     steps = data.steps
     if "eval/divergence" not in steps or pd.to_numeric(steps["eval/divergence"], errors="coerce").notna().sum() == 0:
         return None
-    fig, ax = plt.subplots(figsize=(PAGE_WIDTH, 4.0), layout="constrained")
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.2 + 0.16 * len(table)), layout="constrained")
     colors = cell_colors(data.runs)
     handles = []
-    for _, row in table.iterrows():
+    for k, (_, row) in enumerate(table.iterrows()):
         rows = steps[steps["cell_key"] == row["cell_key"]]
         values = pd.to_numeric(rows["eval/divergence"], errors="coerce")
         rows = rows.assign(value=values * 100).dropna(subset=["value"])
@@ -566,23 +545,24 @@ def divergence_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
             continue
         style = cell_style(row, colors)
         color = style.get("line", style["color"])
-        ax.scatter(rows["train/step"], rows["value"], s=10, color=color, alpha=0.5, linewidths=0)
-        mean = rows.groupby("train/step")["value"].mean()
-        ax.plot(mean.index, mean.values, color=color, linestyle=style["linestyle"], marker="o", markersize=4)
-        handles.append(Line2D([], [], color=color, linestyle=style["linestyle"], marker="o", markersize=4,
-                              label=row["cell"]))
-    ax.axhline(0, color="black", linewidth=0.8)
+        marker = CELL_MARKERS[k % len(CELL_MARKERS)]
+        by_step = rows.groupby("train/step")["value"]
+        mean = by_step.mean()
+        ax.errorbar(mean.index, mean.values, yerr=[mean - by_step.min(), by_step.max() - mean], color=color,
+                    linestyle=style["linestyle"] if len(mean) > 4 else "none", marker=marker, markersize=3.5,
+                    markeredgecolor="black", markeredgewidth=0.4, elinewidth=0.6, capsize=1.5, linewidth=0.9)
+        handles.append(Line2D([], [], color=color, linestyle="none", marker=marker, markersize=3.5,
+                              markeredgecolor="black", markeredgewidth=0.4, label=cell_label(row["cell"])))
+    ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xlabel("training step")
-    ax.set_ylabel("divergence (points)")
+    ax.set_ylabel("mean(agree AA, BB) − agree AB (points)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(f"How far A and B act as two policies ({_setting(data)})\n"
-                 "divergence = mean(agree AA, agree BB) − agree AB; 0: one policy", fontsize=10)
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
+    fig.legend(handles=handles, loc="outside lower center", ncols=1)
     return fig
 
 
 # a verdict's colour in the forest plot; the rest (unresolved, not testable, no margin) grey
-VERDICT_COLORS = {"holds": "#2e7d32", "reversed": "#c62828", "differs": "#e07b39"}
+VERDICT_COLORS = {"holds": OKABE_ITO["green"], "reversed": OKABE_ITO["vermillion"], "differs": OKABE_ITO["orange"]}
 # the side of 0 a claim takes, as a marker right of each row: > (left > right), < (left < right), = (about
 # equal); outside the data, so it never hides an interval
 PAPER_MARK = {"greater": ">", "smaller": "<", "similar": r"$\approx$"}
@@ -590,13 +570,13 @@ PAPER_MARK = {"greater": ">", "smaller": "<", "similar": r"$\approx$"}
 
 def _claim_label(row: Any, several: bool) -> str:
     text = f"{row['claim']} ({row['setting']})" if several else str(row["claim"])
-    return "\n".join(textwrap.wrap(text, 34, break_on_hyphens=False))
+    return "\n".join(textwrap.wrap(text, 40, break_on_hyphens=False))
 
 
 def claims_forest_figure(claims: pd.DataFrame) -> plt.Figure | None:
     """One row per claim (``analysis.claims.claims_table``): the difference (left minus right, under its measure)
     with its pooled 95% interval (thick) and the family-wise one (thin, lighter), a line at 0, the "about equal"
-    band +-margin shaded on rows whose metric has one, and right of each row the side claimed (a
+    band +-margin shaded on the rows that claim "about equal" (on a "beats" row it would test nothing), and right of each row the side claimed (a
     triangle pointing to it; ``≈`` for "about equal") and the two verdicts. Accuracy claims in points and length
     claims in tokens get panels of their own. None without claims."""
     if claims.empty:
@@ -605,31 +585,34 @@ def claims_forest_figure(claims: pd.DataFrame) -> plt.Figure | None:
     panels = [(unit, claims[[in_tokens(m) == unit for m in claims["metric"]]]) for unit in (False, True)]
     panels = [(unit, rows) for unit, rows in panels if not rows.empty]
     heights = [len(rows) + 0.8 for _, rows in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(PAGE_WIDTH + 1.0, 1.4 + 0.48 * sum(heights)),
+    # narrower than the page by the verdicts written right of the axes, outside the layout
+    fig, axes = plt.subplots(len(panels), 1, figsize=(FULL_WIDTH - 1.0, 1.0 + 0.36 * sum(heights)),
                              height_ratios=heights, layout="constrained", squeeze=False)
     for ax, (tokens, rows) in zip(axes[:, 0], panels):
         scale = 1.0 if tokens else 100.0
         edge = ax.get_yaxis_transform()  # x in axes fraction, y in data
         for y, (_, r) in enumerate(rows.iterrows()):
             color = VERDICT_COLORS.get(r["verdict"], "0.45")
-            if not math.isnan(r.get("margin", math.nan)):
+            if r["direction"] == "similar" and not math.isnan(r.get("margin", math.nan)):
                 m = r["margin"] * scale
-                ax.fill_betweenx([y - 0.42, y + 0.42], -m, m, color="#4c72b0", alpha=0.13, linewidth=0, zorder=1)
+                ax.fill_betweenx([y - 0.42, y + 0.42], -m, m, color=OKABE_ITO["blue"], alpha=0.15, linewidth=0,
+                                 zorder=1)
             if math.isnan(r["difference"]):
-                ax.text(0.5, y, "not testable", transform=edge, ha="center", va="center", fontsize=8, color="0.4")
+                ax.text(0.5, y, "not testable", transform=edge, ha="center", va="center", color="0.3")
             else:
-                ax.plot([r["fw_low"] * scale, r["fw_high"] * scale], [y, y], color=_lighter(color, 0.5),
-                        linewidth=1.2, zorder=2, solid_capstyle="butt")
-                ax.plot([r["ci_low"] * scale, r["ci_high"] * scale], [y, y], color=color, linewidth=4,
+                # the family-wise interval thin and in the same colour: a lighter tint would be one more colour
+                ax.plot([r["fw_low"] * scale, r["fw_high"] * scale], [y, y], color=color, linewidth=0.8,
+                        zorder=2, solid_capstyle="butt")
+                ax.plot([r["ci_low"] * scale, r["ci_high"] * scale], [y, y], color=color, linewidth=3,
                         zorder=3, solid_capstyle="butt")
                 ax.plot([r["difference"] * scale], [y], marker="o", color="white", markeredgecolor=color,
-                        markersize=6, zorder=4)
-            ax.plot([1.03], [y], marker=PAPER_MARK.get(r["direction"], "x"), color="black", markersize=7,
+                        markersize=4, zorder=4)
+            ax.plot([1.03], [y], marker=PAPER_MARK.get(r["direction"], "x"), color="black", markersize=5,
                     transform=edge, clip_on=False, zorder=5)
             ax.text(1.06, y, f"{r['verdict'].split(':')[0]}\nfamily-wise: {r['fw_verdict'].split(':')[0]}",
-                    transform=edge, va="center", fontsize=8, color=color)
+                    transform=edge, va="center", color=color)
         ax.axvline(0, color="black", linewidth=0.9, zorder=2)
-        ax.set_yticks(range(len(rows)), [_claim_label(r, several) for _, r in rows.iterrows()], fontsize=8.5)
+        ax.set_yticks(range(len(rows)), [_claim_label(r, several) for _, r in rows.iterrows()])
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.grid(axis="y", visible=False)
         change = set(rows["measure"]) == {"change"}
@@ -641,14 +624,13 @@ def claims_forest_figure(claims: pd.DataFrame) -> plt.Figure | None:
     level = f"{100 * claims['level'].iloc[0]:.0f}%"
     fw = f"{100 * claims['fw_level'].iloc[0]:.2f}".rstrip("0").rstrip(".") + "%"
     handles = [
-        Line2D([], [], color="0.45", linewidth=4, label=f"{level} interval (pooled SD)"),
-        Line2D([], [], color=_lighter("0.45", 0.5), linewidth=1.2, label=f"family-wise {fw} (Bonferroni)"),
-        Patch(facecolor="#4c72b0", alpha=0.25, label="about equal (±margin)"),
+        Line2D([], [], color="0.3", linewidth=3, label=f"{level} interval (pooled SD)"),
+        Line2D([], [], color="0.3", linewidth=0.8, label=f"family-wise {fw} (Bonferroni)"),
+        Patch(facecolor=OKABE_ITO["blue"], alpha=0.15, label="about equal (±margin)"),
         Line2D([], [], marker=">", linestyle="", color="black", label="side claimed (≈: equal)"),
-        *[Line2D([], [], color=c, linewidth=4, label=v) for v, c in VERDICT_COLORS.items()],
+        *[Line2D([], [], color=c, linewidth=3, label=v) for v, c in VERDICT_COLORS.items()],
     ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=8)
-    fig.suptitle("The claims (analysis/claims.yaml): difference of two cells' means over seeds", fontsize=10)
+    fig.legend(handles=handles, loc="outside lower center", ncols=4)
     return fig
 
 

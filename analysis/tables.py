@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from analysis.labels import cell_label
 from analysis.load import NA, Runs, load_runs
 
 # summary.json key -> cells_table column
@@ -380,18 +381,56 @@ def _latex_escape(text: str) -> str:
     return text.replace("·", r"$\cdot$")
 
 
+# the one-column table (``table.tex``): the columns a reader compares, the rest in the appendix table
+COMPACT_HEADERS = ("cell", "$n$", r"pass@1 \% [95\% CI]", r"$\Delta$", r"conv.\ / regr.\ \%", "tokens",
+                   r"paper \%")
+
+
+def _compact_rows(table: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for _, row in table.iterrows():
+        def f(column: str) -> str:
+            return _fmt(column, row.get(column, math.nan))
+
+        ci = "" if f("accuracy_ci_low") == NA else f" [{f('accuracy_ci_low')}, {f('accuracy_ci_high')}]"
+        other = str(row.get("paper_setting") or "") not in ("", "same setting")
+        paper = f("paper_accuracy")
+        rows.append([
+            _latex_escape(cell_label(row["cell"])), str(int(row["seeds"])), f("accuracy") + ci, f("delta"),
+            f"{f('conversion_rate')} / {f('regression_rate')}", f("final_trace_tokens"),
+            paper + (r"$^{*}$" if other and paper != NA else ""),
+        ])
+    return rows
+
+
 def to_latex(table: pd.DataFrame, caption: str = "") -> str:
-    """A booktabs ``table`` environment with the caption and label ``tab:agon-cells``."""
+    r"""The one-column booktabs table (``tab:agon-cells``): cell, seeds, pass@1 with its interval, change since the
+    start, conversion / regression, trace tokens, the paper's value; 7 columns, ``\footnotesize``, the cell's name
+    in a ragged 2.6 cm column (needs ``\usepackage{booktabs,array}``). ``to_latex_full`` has every column."""
+    out = [r"\begin{table}[t]", r"\centering", r"\footnotesize", r"\setlength{\tabcolsep}{3pt}",
+           r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{2.6cm}rrrrrr@{}}", r"\toprule",
+           " & ".join(COMPACT_HEADERS) + r" \\", r"\midrule"]
+    out += [" & ".join(r) + r" \\" for r in _compact_rows(table)]
+    out += [r"\bottomrule", r"\end{tabular}"]
+    if caption:
+        out.append(rf"\caption{{{_latex_escape(caption).replace('Marked *', r'Marked $^{*}$')} The appendix table "
+                   r"(Table~\ref{tab:agon-cells-full}) has every column.}")
+    out += [r"\label{tab:agon-cells}", r"\end{table}"]
+    return "\n".join(out) + "\n"
+
+
+def to_latex_full(table: pd.DataFrame, caption: str = "") -> str:
+    """Every column, for the appendix: a full-width booktabs ``table*`` with the label ``tab:agon-cells-full``."""
     header, body, cols = _display(table, star=True, label=True)
     spec = "".join("l" if c in TEXT_COLUMNS else "r" for c in cols)
-    out = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
+    out = [r"\begin{table*}[t]", r"\centering", r"\scriptsize", rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
     out.append(" & ".join(_latex_escape(h) for h in header) + r" \\")
     out.append(r"\midrule")
     out += [" & ".join(_latex_escape(c).replace("*", r"$^{*}$") for c in r) + r" \\" for r in body]
     out += [r"\bottomrule", r"\end{tabular}"]
     if caption:
         out.append(rf"\caption{{{_latex_escape(caption).replace('Marked *', r'Marked $^{*}$')}}}")
-    out += [r"\label{tab:agon-cells}", r"\end{table}"]
+    out += [r"\label{tab:agon-cells-full}", r"\end{table*}"]
     return "\n".join(out) + "\n"
 
 
@@ -473,10 +512,11 @@ def write_tables(data: Runs, out_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     table = results_table(data)
     caption = _caption(data)
-    paths = [out / "table.csv", out / "table.md", out / "table.tex"]
+    paths = [out / "table.csv", out / "table.md", out / "table.tex", out / "table_full.tex"]
     table.drop(columns=["cell_key"], errors="ignore").to_csv(paths[0], index=False)
     paths[1].write_text(to_markdown(table, caption))
     paths[2].write_text(to_latex(table, caption))
+    paths[3].write_text(to_latex_full(table, caption))
     diagnostic = diagnostic_tables(data, table)
     if diagnostic:
         paths.append(out / "diagnostic.md")
