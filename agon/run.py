@@ -306,7 +306,10 @@ def finished_summary(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
         return {k: v for k, v in flat.items() if not any(k == p or k.startswith(p + ".") for p in PRESENTATION_KEYS)}
 
     ours, theirs = comparable(to_plain(cfg)), comparable(summary.get("config", {}))
-    differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+    # a key added to agon after that run finished, at its off value (allow_slow false, params {}), changes nothing it
+    # computed: the same run
+    added = {k for k in ours.keys() - theirs.keys() if ours[k] in (None, False, {}, [])}
+    differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k) and k not in added)
     if all(k == "trainer.max_steps" or k.startswith("eval.") for k in differ) and differ:
         return None
     if differ:

@@ -328,6 +328,13 @@ def test_a_finished_run_is_reused_an_extended_one_resumes_and_another_config_is_
     run_dir = Path(small_cfg.output_dir)
     assert finished_summary(run_dir, small_cfg) == first
     assert run(small_cfg) == first  # skipped: nothing trained again
+    # finished before agon had a key that is now at its off value (an older version's summary): the same run
+    written = (run_dir / run_files.SUMMARY).read_bytes()
+    saved = json.loads(written)
+    del saved["config"]["generation"]["allow_slow"], saved["config"]["reward"]["params"]
+    (run_dir / run_files.SUMMARY).write_text(json.dumps(saved))
+    assert finished_summary(run_dir, small_cfg) is not None
+    (run_dir / run_files.SUMMARY).write_bytes(written)
     other = compose_config(TEST_WORLD + SMALL_RUN + ["logger=none", "reward=cooperative",
                                                       f"output_dir={run_dir}"])
     with pytest.raises(ConfigError, match="another configuration.*reward.name"):
