@@ -91,6 +91,9 @@ sweep: install ## the paper's 2x2 grid: reward x exchange
 figures: install ## figures and tables from a sweep into figures/ (RUNS=<dir>, OUT=<dir> to choose)
 	$(PY) -m analysis.figures $(if $(RUNS),--runs $(RUNS)) $(if $(OUT),--out $(OUT))
 
+dashboard: install ## the sweep's W&B report (RUNS=<sweep>, default the newest): saved with a W&B login, else written to <sweep>/wandb_report.json
+	$(PY) -m analysis.dashboard $(RUNS)
+
 mutation: install ## mutation testing: the named wiring bugs must each fail the tests (docs/testing.md)
 	$(PY) tools/mutation.py --named --exclude tests/test_mutation_tool.py $(ARGS)
 
@@ -135,5 +138,5 @@ clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
 
 
 .PHONY: lint
-.PHONY: help install sandbox-deps vllm-install test-vllm bases lock run run-ddp test test-full sweep figures mutation bench smoke-real bench-gpu config clean
+.PHONY: help install sandbox-deps vllm-install test-vllm bases lock run run-ddp test test-full sweep figures dashboard mutation bench smoke-real bench-gpu config clean
 .PHONY: gpu-wheels gpu-check-bare

@@ -6,6 +6,9 @@ into ``<run dir>/reeval/``: ``summary.json`` with the same ``eval/*`` keys as tr
 cross-play matrix, ``eval.jsonl``, and ``crossplay.csv``. The cross-play matrix is the cascade accuracy of every
 (drafter, answerer) pair among the run's adapters and the base alone; the diagonal of a single adapter is
 self-refinement, and base>base is the untrained mixture of agents.
+
+With ``logger.name=wandb`` (the run's own setting, or an override) the results also go to W&B as a run of the
+training run's group, job type ``reeval`` (``agon.wandb_logger.log_reevaluation``).
 """
 
 from __future__ import annotations
@@ -206,6 +209,10 @@ def reevaluate(run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     summary = {**result.metrics, **diagnostic, "crossplay": {f"{d}>{a}": v for (d, a), v in matrix.items()},
                "time/total_s": time.time() - t0, "config": to_plain(cfg)}
     write_json_atomic(out / run_files.SUMMARY, summary)
+    if cfg.logger.name == "wandb":  # the run's own logger, or logger.name=wandb on the command line
+        from agon.wandb_logger import log_reevaluation
+
+        log_reevaluation(cfg, run_dir, summary)
     print(f"[agon.eval] {run_dir}: eval/accuracy {summary['eval/accuracy']:.3f} on {len(problems)} problems x "
           f"{cfg.eval.samples} samples")
     print("cross-play (rows draft, columns answer):")

@@ -354,6 +354,37 @@ def _init(cfg: DictConfig, run_dir: Path, mode: str | None) -> Any:
     )
 
 
+def log_reevaluation(cfg: DictConfig, run_dir: Path, summary: dict[str, Any]) -> str | None:
+    """``python -m agon.eval``'s results as a W&B run of their own in the run's group: job type ``reeval``, the
+    training run's name with `` (reeval)``, its tags plus ``reeval``, the summary (every ``eval/*``, ``crossplay/*``
+    and ``recap/*`` number) and the cross-play matrix as a table. A run of its own, not the training run resumed:
+    resuming a finished run would reopen it and move its summary. Returns the run's id; None, with a warning, when
+    W&B fails (the files in ``reeval/`` are the record)."""
+    run_dir = Path(run_dir)
+    group, name = run_names(cfg, run_dir)
+    mode, notice = resolve_mode(cfg.logger.mode)
+    if notice:
+        log.warning("%s to %s/reeval/wandb (upload later with `wandb sync`)", notice, run_dir)
+    try:
+        out = run_dir / "reeval"
+        out.mkdir(parents=True, exist_ok=True)
+        run = wandb.init(project=cfg.logger.project, entity=cfg.logger.entity, group=group, name=f"{name} (reeval)",
+                         job_type="reeval", tags=[*run_tags(cfg), "reeval"], config=_plain_config(cfg),
+                         dir=str(out), mode=mode, reinit="create_new",
+                         settings=wandb.Settings(init_timeout=_init_timeout()))
+        matrix = summary.get("crossplay") or {}
+        if matrix:
+            run.log({"reeval/crossplay": wandb.Table(columns=["drafter", "answerer", "accuracy"],
+                                                     data=[[*k.split(">", 1), v] for k, v in matrix.items()])})
+        run.summary.update({k: v for k, v in summary.items()
+                            if k not in ("config", "crossplay") and v is not None})
+        run.finish()
+        return run.id
+    except Exception as exc:  # the re-evaluation's files are written already
+        warnings.warn(f"W&B: the re-evaluation was not logged ({type(exc).__name__}: {exc})")
+        return None
+
+
 @register_logger("wandb")
 def wandb_logger(cfg: DictConfig, run_dir: Path) -> WandbLogger:
     """Start the run's W&B mirror; falls back to offline when an online start fails (see the module docstring)."""

@@ -4,15 +4,18 @@
     python -m analysis.figures --runs multirun/2026-11-30/10-00-00 multirun/2026-11-30/11-00-00
     python -m analysis.figures --source wandb --project agon --group 2026-11-30/10-00-00
 
-Writes, each as PNG and PDF:
+Writes, each as PNG (300 dpi) and PDF, drawn at the size a paper prints it (one column, 3.3 in, or the full width,
+6.9 in; text of 7 pt or more; Okabe-Ito colours, line styles, hatches and markers as a second channel; cells named by
+``analysis.labels``):
     accuracy_grid          the 2x2 grid (reward x exchange) of final-stage pass@1, and every cell with the
                            baselines as bars: per-seed points, 95% interval (Student's t over seeds where a cell
                            has several, else a bootstrap over problems), accuracy before training as a tick
-    trace_length           final-stage trace length per cell (tokens)
+    trace_length           final-stage trace length per cell (tokens); a note instead when every cell's length is
+                           within 1% of the others
     training_curves        training accuracy (each run smoothed, then the mean over seeds with their range as a
                            band), its difference from GRPO's curve on the same seed (a seed draws the same
                            problems at each step in every cell, so the difference is free of batch difficulty),
-                           and final-stage trace length over steps; held-out evaluations as points
+                           final-stage trace length over steps, and the held-out evaluations on their own axis
     conversion_regression  conversion P(final right | draft wrong) and regression P(final wrong | draft right)
     recap_diagnostic       the challenger's accuracy given its rival's recap, a correct one, a wrong one and none
                            (``eval.diagnostic``), at the first and the last evaluation; only when runs logged it
@@ -21,7 +24,8 @@ Writes, each as PNG and PDF:
     claims_forest          the claims (analysis.claims): each difference with its pooled 95% interval and the
                            family-wise one, the "about equal" band and the side the paper claims; only where the
                            runs hold the cells of a claim
-and ``table.csv``, ``table.md``, ``table.tex`` (analysis.tables.write_tables), and ``claims.md`` (analysis.claims)
+and ``table.csv``, ``table.md``, ``table.tex`` (one column), ``table_full.tex`` (the appendix; all four by
+analysis.tables.write_tables), and ``claims.md`` (analysis.claims)
 where the runs hold the cells of a claim. Output is deterministic: seeded bootstrap, no timestamps in the PDFs.
 
 Left out on purpose: per-seed training curves (three overlapping noisy lines per cell hide more than they show;

@@ -275,3 +275,22 @@ def test_names_from_hydra_inside_a_multirun(tmp_path, monkeypatch):
     job.logger.group = None
     job.experiment = "grid_2x2"
     assert wl.run_names(job, tmp_path / "x") == ("grid_2x2", "exchange=hidden,seed=1")
+
+
+def test_a_reevaluation_is_a_run_of_the_group_with_its_numbers(tmp_path):
+    """agon.eval's results: a W&B run of the training run's group, job type reeval, with the summary's numbers and
+    the cross-play matrix as a table."""
+    from tests.wandb_records import OfflineRun
+
+    cfg = _cfg("logger=wandb")
+    run_dir = _cell_dir(tmp_path)
+    summary = {"eval/accuracy": 0.5, "crossplay/A>B": 0.25, "recap/B/none": 0.125,
+               "crossplay": {"A>B": 0.25, "B>A": 0.75}, "config": {"seed": 0}, "eval/divergence": None}
+    run_id = wl.log_reevaluation(cfg, run_dir, summary)
+    offline = OfflineRun(run_dir / "reeval")
+    assert offline.run.run_id == run_id and offline.run.run_group == "2026-11-30/10-00-00"
+    assert offline.run.job_type == "reeval" and "reeval" in offline.run.tags
+    assert offline.run.display_name == "exchange=visible,reward=competitive (reeval)"
+    assert offline.summary["eval/accuracy"] == 0.5 and offline.summary["recap/B/none"] == 0.125
+    assert "config" not in offline.summary and "eval/divergence" not in offline.summary
+    assert "reeval/crossplay/_type" in offline.keys  # a table (W&B flattens its reference)

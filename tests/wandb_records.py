@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from wandb.proto import wandb_internal_pb2 as pb
 
 HEADER = 7
@@ -38,6 +39,8 @@ def records(path: Path) -> list[pb.Record]:
         if kind == 0 and length == 0:  # zero padding
             pos += left_in_block
             continue
+        if pos + 7 + length > len(data):  # a chunk W&B is still writing
+            break
         chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == FULL:
@@ -65,7 +68,13 @@ class OfflineRun:
         assert files, f"no offline W&B run under {run_dir}"
         deadline = time.monotonic() + timeout
         while True:  # W&B's service writes the exit record shortly after finish() returns
-            self.records = [r for f in files for r in records(f)]
+            try:
+                self.records = [r for f in files for r in records(f)]
+            except DecodeError:  # read while a record was half written: read again
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+                continue
             if sum(r.HasField("exit") for r in self.records) == len(files) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)

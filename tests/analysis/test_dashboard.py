@@ -1,0 +1,95 @@
+"""The sweep's W&B report (``analysis.dashboard``), built offline for a two-cell, two-seed sweep of the test world
+logged with ``logger=wandb`` offline: every chart's key is in the runs' W&B history (decoded from their ``.wandb``
+files), the definition validates against wandb-workspaces' own models, and nothing reaches a server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import wandb
+import wandb_workspaces.reports.v2 as wr
+from wandb_workspaces.reports.v2 import internal
+
+import analysis.dashboard as dashboard
+from tests.wandb_records import CELLS, SEEDS, SWEEP_NAME, OfflineRun, offline_sweep
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, agon_cache):
+    return offline_sweep(tmp_path_factory.getbasetemp() / "wandb_sweep")
+
+
+@pytest.fixture(autouse=True)
+def no_server(monkeypatch, tmp_path):
+    """No key, and W&B's API unusable: building and writing the report must need neither."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the dashboard contacted W&B")
+
+    monkeypatch.setattr(wandb, "Api", refuse)
+
+
+def _runsets(node):
+    """Every run set of a stored report (they sit inside its panel grids)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "runSets":
+                yield from value
+            else:
+                yield from _runsets(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _runsets(value)
+
+
+def _history_keys(sweep) -> set[str]:
+    return {k for cell in CELLS for seed in SEEDS for k in OfflineRun(sweep / f"{cell},seed={seed}").keys}
+
+
+def test_every_chart_draws_keys_the_runs_logged_to_wandb(sweep):
+    built = dashboard.build(sweep)
+    assert built.missing == []
+    history = _history_keys(sweep)
+    assert built.keys() <= history, sorted(built.keys() - history)
+    # what a researcher opens it for is there
+    for title in ("held-out pass@1 (headline)", "conversion and regression", "final-stage trace length (tokens)",
+                  "reward per role", "accuracy per adapter and role", "entropy per adapter and role (mean -log p "
+                  "of sampled tokens)", "gradient norm per adapter (before clipping)", "clipped fraction",
+                  "advantages", "throughput (completion tokens per second of generation)",
+                  "cross-play: drafter > answerer", "recap diagnostic: challenger given a recap"):
+        assert built.panels.get(title), title
+    assert "crossplay/A>B" in built.panels["cross-play: drafter > answerer"]
+
+
+def test_a_renamed_metric_is_reported_missing(sweep, monkeypatch):
+    panels = dict(dashboard.SECTIONS)
+    panels["Training"] = [*panels["Training"], dashboard.Panel("renamed", ["adapter/A/drafter/acc"])]
+    monkeypatch.setattr(dashboard, "SECTIONS", panels)
+    assert dashboard.build(sweep).missing == ["adapter/A/drafter/acc"]
+    assert dashboard.main([str(sweep), "--offline"]) == 1
+
+
+def test_the_definition_validates_and_groups_by_cell_with_a_band_over_seeds(sweep, capsys):
+    assert dashboard.main([str(sweep), "--offline"]) == 0
+    printed = capsys.readouterr().out
+    assert "--publish" in printed and "wandb sync" in printed
+    text = (sweep / dashboard.REPORT_FILE).read_text()
+    spec = internal.ReportViewspec.model_validate_json(text)  # W&B's own model of a saved report
+    report = wr.Report._from_model(spec)
+    grids = [b for b in report.blocks if isinstance(b, wr.PanelGrid)]
+    assert grids and all(len(g.runsets) == 1 for g in grids)
+    runset = grids[0].runsets[0]
+    assert SWEEP_NAME in str(runset.filters) and "Group" in str(runset.filters)
+    # grouped by job type (the cell): W&B stores it as the run attribute jobType
+    grouping = [rs["grouping"] for rs in _runsets(json.loads(text))]
+    assert grouping and all(g == [{"section": "run", "name": "jobType"}] for g in grouping), grouping
+    lines = [p for g in grids for p in g.panels if isinstance(p, wr.LinePlot)]
+    assert lines and all(p.groupby_aggfunc == "mean" and p.groupby_rangefunc == "minmax" for p in lines)
+    drawn = {m.name if hasattr(m, "name") else str(m) for p in lines for m in p.y}
+    assert drawn <= _history_keys(sweep)
+    # the tables of results and claims are in the report as text
+    assert "claims" in text.lower() and "competitive" in text
