@@ -32,7 +32,9 @@ SLURM job) continues the same W&B run (``resume="allow"``). It also keeps, in ``
 ``train/step`` it sent W&B of each kind of row (training, evaluation, rollout table): a resumed run recomputes the
 steps after its checkpoint, and sends W&B only rows past those marks, so W&B's history holds each step once
 (offline too, where W&B itself cannot know what an earlier process logged). A recomputed row keeps the values W&B
-got first; ``metrics.jsonl`` holds the recomputed ones.
+got first; ``metrics.jsonl`` holds the recomputed ones. The same holds for a run that starts over in its directory
+(no checkpoint yet, or ``trainer.resume=never``): it continues the directory's W&B run; delete ``wandb_run_id`` and
+``wandb_logged.json`` for a W&B run of its own.
 
 Left out on purpose: checkpoints as artifacts (gigabytes per run for what ``trainer.resume`` already covers
 locally) and W&B's ``resume_from`` rewind (online only, and it forks the history rather than keeping it).
@@ -168,7 +170,8 @@ def _split_overrides(name: str) -> list[str]:
 
 
 def _short(text: str) -> str:
-    """``text`` if it fits W&B's 64 characters, else its head and a hash of the whole (distinct texts stay distinct)."""
+    """``text`` if it fits W&B's 64 characters, else its head and a hash of the whole (distinct texts stay
+    distinct)."""
     if len(text) <= MAX_NAME:
         return text
     digest = hashlib.sha1(text.encode()).hexdigest()[:8]

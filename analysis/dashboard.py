@@ -1,4 +1,4 @@
-"""A sweep's W&B report, defined in code with W&B's own library (``wandb-workspaces``, ``wandb_workspaces.reports.v2``).
+"""A sweep's W&B report, defined in code with W&B's own library (``wandb-workspaces``: ``reports.v2``).
 
     python -m analysis.dashboard multirun/2026-11-30/10-00-00          # offline: writes <sweep>/wandb_report.json
     python -m analysis.dashboard multirun/2026-11-30/10-00-00 --publish  # saves it to W&B, prints its URL
@@ -15,6 +15,7 @@ The report shows the sweep's runs (W&B ``group`` = the sweep, as ``agon.wandb_lo
     Diagnostics           cross-play and the recap diagnostic at the last evaluation, as bars per cell
     Results and claims    the results table and the claims with their intervals (``analysis.tables``,
                           ``analysis.claims``), as Markdown written from the sweep's run directories
+    Figures               ``make figures``' figures, once logged with ``--wandb`` (below)
 
 Every chart names metric keys that the sweep's runs logged: ``PANELS`` lists each key, and a key that can be absent
 for a reason (``OPTIONAL``: vLLM only, CUDA only, beta != 0, the diagnostic off, a one-adapter method) is dropped
@@ -26,8 +27,11 @@ Offline (no W&B login, or ``--offline``), the report's full definition (W&B's ``
 app stores) goes to ``<sweep>/wandb_report.json``, and the command says how to publish it. With a login,
 ``--publish`` (the default when an API key is found) saves it in the project and prints its URL.
 
-Left out on purpose: a saved workspace (a report is shareable and versioned, a workspace is per user) and the
-figures as images in the report (W&B reports take images by URL only; ``make figures`` writes them locally).
+``python -m analysis.figures --runs <sweep> --wandb`` logs the paper's figures and table as a run of the sweep's
+group (job type ``figures``, ``log_figures``) and records their keys in ``<sweep>/wandb_figures.json``; the report
+then shows them in a section of its own.
+
+Left out on purpose: a saved workspace (a report is shareable and versioned, a workspace is per user).
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ from agon.run_files import sweep_name
 ROLES = ("drafter", "challenger")
 ADAPTERS = ("A", "B")
 REPORT_FILE = "wandb_report.json"
+# written into a sweep by ``log_figures``: the W&B keys of the figures it logged, for the report to show them
+FIGURES_FILE = "wandb_figures.json"
+FIGURES_JOB = "figures"
 
 
 def _per(template: str, **axes: tuple[str, ...]) -> list[str]:
@@ -202,6 +209,16 @@ def build(sweep: str | Path, group: str | None = None, project: str = "agon", en
                                           layout=wr.Layout(w=8, h=6)))
         if charts:
             blocks += [wr.H2(section), wr.PanelGrid(runsets=[runset], panels=charts)]
+    figures_file = sweep / FIGURES_FILE
+    if figures_file.exists():  # make figures --wandb logged them: a run of the group with job type "figures"
+        keys = json.loads(figures_file.read_text())["keys"]
+        dashboard.panels["figures"] = keys
+        figures_runs = wr.Runset(name=f"figures of {group}",
+                                 filters=f"Group == '{group}' and JobType == '{FIGURES_JOB}'")
+        blocks += [wr.H2("Figures (make figures --wandb)"),
+                   wr.PanelGrid(runsets=[figures_runs], panels=[
+                       wr.MediaBrowser(title="the paper's figures", media_keys=keys, num_columns=1,
+                                       layout=wr.Layout(w=24, h=12))])]
     table, claims = _markdown(sweep)
     blocks += [wr.H2("Results (make figures' table.md)"), wr.MarkdownBlock(table),
                wr.H2("Claims, with pooled and family-wise intervals"), wr.MarkdownBlock(claims)]
@@ -209,6 +226,37 @@ def build(sweep: str | Path, group: str | None = None, project: str = "agon", en
                                  description=f"cells of sweep {group}, mean and range over seeds",
                                  blocks=blocks, width="fluid")
     return dashboard
+
+
+def log_figures(paths: list[Path], group: str, project: str = "agon", entity: str | None = None,
+                sweep: str | Path | None = None) -> str:
+    """``make figures``' figures (PNG) and results table as a W&B run of the sweep's group, job type ``figures``
+    (online with a login, else offline with the usual notice), so the sweep's report shows them. With ``sweep``,
+    the keys go to ``<sweep>/wandb_figures.json``, where ``build`` finds them. Returns the run's id."""
+    import pandas as pd
+    import wandb
+
+    from agon.wandb_logger import resolve_mode
+
+    paths = [Path(p) for p in paths]
+    out = paths[0].parent
+    mode, notice = resolve_mode(None)
+    if notice:
+        print(f"{notice} (upload later with `wandb sync {out}/wandb/offline-run-*`)", file=sys.stderr)
+    run = wandb.init(project=project, entity=entity, group=group, job_type=FIGURES_JOB, name=f"figures {group}",
+                     dir=str(out), mode=mode, reinit="create_new")
+    row = {f"figures/{p.stem}": wandb.Image(str(p)) for p in paths if p.suffix == ".png"}
+    table = out / "table.csv"
+    if table.exists():
+        frame = pd.read_csv(table)
+        # empty cells as None: a column keeps its one type (W&B's table refuses "" among numbers)
+        row["figures/table"] = wandb.Table(dataframe=frame.astype(object).where(frame.notna(), None))
+    run.log(row)
+    run.finish()
+    if sweep is not None:
+        keys = sorted(k for k in row if k != "figures/table")
+        (Path(sweep) / FIGURES_FILE).write_text(json.dumps({"group": group, "run": run.id, "keys": keys}) + "\n")
+    return run.id
 
 
 def write_offline(dashboard: Dashboard, sweep: str | Path) -> Path:

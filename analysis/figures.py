@@ -174,13 +174,6 @@ def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
     return paths
 
 
-def _setting(data: Runs) -> str:
-    runs = data.runs
-    tasks = ", ".join(sorted({str(t) for t in runs["task"].dropna()})) or "?"
-    models = ", ".join(sorted({str(m) for m in runs["model"].dropna()})) or "?"
-    return f"task: {tasks} · model: {models}"
-
-
 def _tick(row: Any, width: int = 30) -> str:
     """A cell's row label: its human label (``analysis.labels``), wrapped, and its seed count."""
     text = f"{cell_label(row['cell'])} (n={int(row['seeds'])})"
@@ -409,7 +402,8 @@ def training_curves_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
         incomplete = int(row.get("incomplete", 0) or 0)
         note = f"n={int(row['seeds'])}" + (f", {incomplete} incomplete" if incomplete else "")
         handles.append(Line2D([], [], color=color, linestyle=linestyle, marker=marker, markersize=3.5,
-                              markeredgecolor="black", markeredgewidth=0.4, label=f"{cell_label(row['cell'])} ({note})"))
+                              markeredgecolor="black", markeredgewidth=0.4,
+                              label=f"{cell_label(row['cell'])} ({note})"))
     if not handles:
         for ax in (acc_ax, len_ax):
             ax.text(0.5, 0.5, "no metrics.jsonl rows", ha="center", va="center", transform=ax.transAxes)
@@ -501,33 +495,32 @@ def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
         return None
     shown = [(r, read_as) for _, r in table.iterrows() for read_as in ("recap", "latent")
              if not recap_values(steps, r, "none", "last", read_as).empty]
-    if True:
-        fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 1.2 + 0.36 * max(1, len(shown))), layout="constrained",
-                                 sharey=True, sharex=True)
-        offsets = np.linspace(-0.27, 0.27, len(RECAP_SHOWN))
-        for ax, which in zip(axes, ("first", "last")):
-            for y, (row, read_as) in enumerate(shown):
-                for k, (condition, color, marker) in enumerate(zip(RECAP_SHOWN, RECAP_COLORS, RECAP_MARKERS)):
-                    values = recap_values(steps, row, condition, which, read_as).dropna() * 100
-                    if values.empty:
-                        continue
-                    ax.scatter(values, np.full(len(values), y + offsets[k]), s=4, color=color, alpha=0.4,
-                               linewidths=0, zorder=2)
-                    ax.scatter([values.mean()], [y + offsets[k]], s=16, color=color, marker=marker,
-                               edgecolor="black", linewidths=0.4, zorder=3)
-            ax.set_title("(a) first evaluation (before training)" if which == "first" else "(b) last evaluation")
-            ax.set_xlabel("challenger's accuracy (%)")
-            ax.grid(axis="y", visible=False)
-            for y in range(len(shown) - 1):
-                ax.axhline(y + 0.5, color="0.85", linewidth=0.6, zorder=1)
-        # a cell's own row reads the recap as text; its latent row, as key/value states
-        labels = [_label(r) + ("\n(as key/value states)" if read_as == "latent" else "") for r, read_as in shown]
-        axes[0].set_yticks(range(len(shown)), labels)
-        axes[0].set_ylim(len(shown) - 0.5, -0.5)
-        fig.legend(handles=[Line2D([], [], marker=m, linestyle="", color=c, markeredgecolor="black",
-                                   markersize=4, label=RECAP_SHOWN[k])
-                            for k, c, m in zip(RECAP_SHOWN, RECAP_COLORS, RECAP_MARKERS)],
-                   loc="outside lower center", ncols=len(RECAP_SHOWN))
+    fig, axes = plt.subplots(1, 2, figsize=(PAGE_WIDTH, 1.2 + 0.36 * max(1, len(shown))), layout="constrained",
+                             sharey=True, sharex=True)
+    offsets = np.linspace(-0.27, 0.27, len(RECAP_SHOWN))
+    for ax, which in zip(axes, ("first", "last")):
+        for y, (row, read_as) in enumerate(shown):
+            for k, (condition, color, marker) in enumerate(zip(RECAP_SHOWN, RECAP_COLORS, RECAP_MARKERS)):
+                values = recap_values(steps, row, condition, which, read_as).dropna() * 100
+                if values.empty:
+                    continue
+                ax.scatter(values, np.full(len(values), y + offsets[k]), s=4, color=color, alpha=0.4,
+                           linewidths=0, zorder=2)
+                ax.scatter([values.mean()], [y + offsets[k]], s=16, color=color, marker=marker,
+                           edgecolor="black", linewidths=0.4, zorder=3)
+        ax.set_title("(a) first evaluation (before training)" if which == "first" else "(b) last evaluation")
+        ax.set_xlabel("challenger's accuracy (%)")
+        ax.grid(axis="y", visible=False)
+        for y in range(len(shown) - 1):
+            ax.axhline(y + 0.5, color="0.85", linewidth=0.6, zorder=1)
+    # a cell's own row reads the recap as text; its latent row, as key/value states
+    labels = [_label(r) + ("\n(as key/value states)" if read_as == "latent" else "") for r, read_as in shown]
+    axes[0].set_yticks(range(len(shown)), labels)
+    axes[0].set_ylim(len(shown) - 0.5, -0.5)
+    fig.legend(handles=[Line2D([], [], marker=m, linestyle="", color=c, markeredgecolor="black",
+                               markersize=4, label=RECAP_SHOWN[k])
+                        for k, c, m in zip(RECAP_SHOWN, RECAP_COLORS, RECAP_MARKERS)],
+               loc="outside lower center", ncols=len(RECAP_SHOWN))
     return fig
 
 
@@ -579,10 +572,10 @@ def _claim_label(row: Any, several: bool) -> str:
 
 def claims_forest_figure(claims: pd.DataFrame) -> plt.Figure | None:
     """One row per claim (``analysis.claims.claims_table``): the difference (left minus right, under its measure)
-    with its pooled 95% interval (thick) and the family-wise one (thin, lighter), a line at 0, the "about equal"
-    band +-margin shaded on the rows that claim "about equal" (on a "beats" row it would test nothing), and right of each row the side claimed (a
-    triangle pointing to it; ``≈`` for "about equal") and the two verdicts. Accuracy claims in points and length
-    claims in tokens get panels of their own. None without claims."""
+    with its pooled 95% interval (thick) and the family-wise one (thin, the same colour), a line at 0, the "about
+    equal" band +-margin shaded on the rows that claim "about equal" (on a "beats" row it would test nothing), and
+    right of each row the side claimed (a triangle pointing to it; ``≈`` for "about equal") and the two verdicts.
+    Accuracy claims in points and length claims in tokens get panels of their own. None without claims."""
     if claims.empty:
         return None
     several = "setting" in claims
@@ -680,7 +673,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--project", default="agon", help="W&B project (--source wandb)")
     parser.add_argument("--entity", default=None, help="W&B entity (--source wandb)")
-    parser.add_argument("--group", default=None, help="W&B group, i.e. the sweep name (--source wandb)")
+    parser.add_argument("--group", default=None, help="W&B group, i.e. the sweep name (--source wandb, --wandb)")
+    parser.add_argument("--wandb", action="store_true",
+                        help="also log the figures and table to W&B, as a run of the sweep's group that its report "
+                             "(python -m analysis.dashboard) shows")
     args = parser.parse_args(argv)
 
     if args.source == "wandb":
@@ -711,6 +707,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(data.runs)} runs from {origin}\n")
     print(format_table(results_table(data)))
     print(f"\nwrote {len(paths)} files to {args.out}/: " + ", ".join(p.name for p in paths))
+    if args.wandb:
+        from agon.run_files import sweep_name
+        from analysis.dashboard import log_figures
+
+        sweep = Path(args.runs[0]) if args.source == "local" and args.runs and len(args.runs) == 1 else None
+        group = args.group or (sweep_name(sweep) if sweep is not None else None)
+        if group is None:
+            print("--wandb needs --group, or a single sweep in --runs", file=sys.stderr)
+            return 1
+        run_id = log_figures(paths, group, args.project, args.entity, sweep)
+        print(f"figures logged to W&B run {run_id} (group {group}, job type figures)")
     return 0
 
 

@@ -50,7 +50,8 @@ def test_under_rotation_an_adapters_curve_follows_that_adapter(step_cfg, policie
 
 def test_entropy_advantages_and_clipped_fraction_are_the_batchs(step_cfg, policies, tmp_path):
     """``role/<r>/entropy`` is the mean -log p of the sampled completion tokens under the adapter before the
-    update; ``advantages/mean`` and ``/std`` those of the whole role batch; ``clip_ratio/region_mean`` is low + high."""
+    update; ``advantages/mean`` and ``/std`` those of the whole role batch; ``clip_ratio/region_mean`` is low +
+    high."""
     t = step_cfg.trainer
     t.micro_batch_size = 4  # several micro-batches: the shares must add up to the batch's values
     trainer = _trainer(step_cfg, policies, tmp_path)

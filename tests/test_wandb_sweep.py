@@ -50,7 +50,8 @@ def test_the_final_adapters_are_an_artifact_and_the_summary_is_there(sweep):
     offline = OfflineRun(sweep / f"{CELLS[0]},seed=0")
     models = [a for a in offline.artifacts if a.type == "model"]
     assert [a.name for a in models] == [f"adapters-{offline.run.run_id}"]
-    assert {"A/adapter_model.safetensors", "B/adapter_model.safetensors"} <= {f.path for f in models[0].manifest.contents}
+    files = {f.path for f in models[0].manifest.contents}
+    assert {"A/adapter_model.safetensors", "B/adapter_model.safetensors"} <= files
     assert offline.summary["eval/accuracy"] is not None and "config" not in offline.summary
     # every evaluation is in the history, not 2 points: start, the interim one at step 1, the final one
     assert offline.steps("eval/accuracy") == [0, 1, 2]

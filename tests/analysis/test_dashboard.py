@@ -93,3 +93,28 @@ def test_the_definition_validates_and_groups_by_cell_with_a_band_over_seeds(swee
     assert drawn <= _history_keys(sweep)
     # the tables of results and claims are in the report as text
     assert "claims" in text.lower() and "competitive" in text
+
+
+def test_make_figures_attaches_its_figures_to_the_sweeps_report(sweep, tmp_path, monkeypatch):
+    """``python -m analysis.figures --runs <sweep> --wandb``: a W&B run of the sweep's group, job type figures,
+    holding every figure; the report then shows exactly those keys."""
+    from analysis.figures import main as figures_main
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
+    out = tmp_path / "figures"
+    try:
+        assert figures_main(["--runs", str(sweep), "--out", str(out), "--wandb"]) == 0
+        offline = OfflineRun(out)
+        assert offline.run.run_group == SWEEP_NAME and offline.run.job_type == "figures"
+        assert "figures/accuracy_grid/_type" in offline.keys and "figures/table/_type" in offline.keys
+        built = dashboard.build(sweep)
+        assert "figures/accuracy_grid" in built.panels["figures"]
+        assert {f"{k}/_type" for k in built.panels["figures"]} <= offline.keys
+        media = [p for b in built.report.blocks if isinstance(b, wr.PanelGrid) for p in b.panels
+                 if isinstance(p, wr.MediaBrowser)]
+        assert len(media) == 1 and media[0].media_keys == built.panels["figures"]
+    finally:
+        (sweep / dashboard.FIGURES_FILE).unlink(missing_ok=True)
