@@ -160,16 +160,20 @@ def logged_keys(sweep: str | Path) -> set[str]:
     return {c for c in steps.columns if steps[c].notna().any()}
 
 
-def _markdown(sweep: Path) -> tuple[str, str]:
+def _markdown(sweep: Path) -> tuple[str, str, str]:
+    """The results table, the claims and the diagnostic tables (cascades, cross-play, recap) of the sweep, as
+    ``make figures`` writes them (``table.md``, ``claims.md``, ``diagnostic.md``)."""
     from analysis.claims import claims_markdown, claims_table
     from analysis.load import load_runs
-    from analysis.tables import _caption, results_table, to_markdown
+    from analysis.tables import _caption, diagnostic_tables, results_table, to_markdown
 
     data = load_runs(sweep)
-    table = to_markdown(results_table(data), _caption(data))
+    results = results_table(data)
     claims = claims_table(data.runs)
-    return table, (claims_markdown(claims) if not claims.empty else "No claim of analysis/claims.yaml has both of "
-                   "its cells in this sweep.")
+    return (to_markdown(results, _caption(data)),
+            claims_markdown(claims) if not claims.empty else "No claim of analysis/claims.yaml has both of its "
+            "cells in this sweep.",
+            diagnostic_tables(data, results))
 
 
 def build(sweep: str | Path, group: str | None = None, project: str = "agon", entity: str | None = None,
@@ -219,9 +223,11 @@ def build(sweep: str | Path, group: str | None = None, project: str = "agon", en
                    wr.PanelGrid(runsets=[figures_runs], panels=[
                        wr.MediaBrowser(title="the paper's figures", media_keys=keys, num_columns=1,
                                        layout=wr.Layout(w=24, h=12))])]
-    table, claims = _markdown(sweep)
+    table, claims, diagnostic = _markdown(sweep)
     blocks += [wr.H2("Results (make figures' table.md)"), wr.MarkdownBlock(table),
                wr.H2("Claims, with pooled and family-wise intervals"), wr.MarkdownBlock(claims)]
+    if diagnostic:
+        blocks += [wr.H2("The recap diagnostic and cross-play, per cell"), wr.MarkdownBlock(diagnostic)]
     dashboard.report = wr.Report(project=project, entity=entity or "", title=title or f"agon sweep {group}",
                                  description=f"cells of sweep {group}, mean and range over seeds",
                                  blocks=blocks, width="fluid")
