@@ -543,12 +543,3 @@ def to_plain(cfg: DictConfig) -> dict:
     """The resolved config as plain containers (for summary.json and W&B)."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
-
-def __getattr__(name: str) -> Any:
-    # transitional: the checks moved to agon.checks; callers not yet updated reach them here, without a static
-    # import of a module above this one
-    if name in ("validate", "compose_config", "typed", "check_overrides", "import_plugins"):
-        import importlib
-
-        return getattr(importlib.import_module("agon.checks"), name)
-    raise AttributeError(f"module 'agon.config' has no attribute {name!r}")

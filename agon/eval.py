@@ -23,7 +23,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agon import run_files
-from agon.config import Config, to_plain, validate
+from agon.checks import validate
+from agon.config import Config, to_plain
 
 
 def load_run_config(run_dir: Path, overrides: list[str]) -> Any:

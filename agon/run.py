@@ -1,6 +1,6 @@
 """Entry point: ``python -m agon.run [overrides]`` (``-m`` for a sweep). Compose, validate, train, evaluate, write.
 
-The config is checked (``config.validate``) before any model loads. Each run writes into its Hydra output directory
+The config is checked (``agon.checks``) before any model loads. Each run writes into its Hydra output directory
 (what it holds: ``agon.run_files``); the recorder is closed in ``finally`` so a failing cell of a multirun still
 finishes its W&B run and the next cell starts clean. A user error (``USER_ERRORS``: a config value, a model that
 cannot load, an engine that cannot start) ends a single run with its message on one line, ``error: <message>``,
@@ -381,10 +381,11 @@ def main() -> None:
             sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none"]
     try:
         check_overrides(sys.argv[1:])  # a mistyped option or key: one line with the closest name, before Hydra
-        hydra_main()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
+    try:
+        hydra_main()
     except _Reported as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -1,5 +1,6 @@
-"""The names readers see: one map from agon's internal names (methods, presets, metric keys) to human labels, used by
-every figure, the tables and the W&B dashboard, so that a cell is called the same everywhere.
+"""The names readers see: one map from agon's internal names (presets, metric keys) to human labels, used by every
+figure, the tables and the W&B dashboard, so that a cell is called the same everywhere. A method's label is its
+registry's (``agon.methods``, recorded in each run's summary as ``method_label``), never a second table here.
 
 Left out on purpose: labels of cells that the axes already spell out (``competitive · visible``): those come from
 ``analysis.load`` and are shown as they are.
@@ -15,8 +16,6 @@ EXPERIMENT_LABELS = {
     # GRPO at Agon's rollout budget: Agon samples N drafts and N challenges per problem, GRPO gets 2N samples
     "grpo_matched": "GRPO (2N samples)",
 }
-# a method's name where the registry's label is not the one a paper uses
-METHOD_LABELS = {"agon": "Agon", "grpo": "GRPO", "self_refine": "self-refine", "moa": "MoA (untrained)"}
 # metric keys as axis and panel titles
 METRIC_LABELS = {
     "eval/accuracy": "held-out pass@1",
@@ -41,7 +40,3 @@ def cell_label(cell: Any) -> str:
         if human is None:
             text = f"{text} [{name}]"
     return text
-
-
-def method_label(method: Any) -> str:
-    return METHOD_LABELS.get(str(method), str(method))

@@ -122,10 +122,10 @@ def counts(run_dir: Path) -> dict[str, Counter]:
 
 
 def summary(run_dir: Path) -> dict[str, Any]:
-    """summary.json less the wall-clock timings and the git commit (the checkout may gain a commit between two
-    launches of one test)."""
+    """summary.json less the wall-clock timings, the memory a cell started with (measurements, not results) and the
+    git commit (the checkout may gain a commit between two launches of one test)."""
     return {k: v for k, v in run_files.read_json(run_dir / run_files.SUMMARY).items()
-            if not k.startswith("time/") and k != "git_commit"}
+            if not k.startswith(("time/", "memory/")) and k != "git_commit"}
 
 
 def checkpoints(run_dir: Path) -> list[str]:
