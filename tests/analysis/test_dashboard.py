@@ -119,3 +119,6 @@ def test_make_figures_attaches_its_figures_to_the_sweeps_report(sweep, tmp_path,
         assert len(media) == 1 and media[0].media_keys == built.panels["figures"]
     finally:
         (sweep / dashboard.FIGURES_FILE).unlink(missing_ok=True)
+        # the W&B run was in this process: its service (wandb-core, a child process) would outlive the test, and the
+        # sandbox's tests count every child process of the session as one a program left behind
+        wandb.teardown()
