@@ -597,7 +597,9 @@ def test_vllm_with_top_k_top_p_in_training_keeps_the_weights_at_one_and_the_grad
 def test_vllm_samples_stay_inside_the_top_k_top_p_set(served, bounded):
     """As hf's: top-k alone, top-p alone and both, each able to fail (``_sampled_inside_the_kept_sets``); B at both."""
     cfg, policies, engine = served
-    prompts = _prompts(cfg, policies, 24) * 2
+    # three samples of each prompt: the premise that a sampler truncating before the temperature would put more than
+    # 10 tokens outside was met by 9.0 once at two (vLLM's CPU numerics vary with the machine's load)
+    prompts = _prompts(cfg, policies, 24) * 3
     _sampled_inside_the_kept_sets(engine, policies, prompts)
     top_k, top_p = KEPT_SETS["top_k_top_p"]
     b = engine.sample(prompts, "B", Sampling(24, KEPT_TEMPERATURE, top_p=top_p, top_k=top_k))
