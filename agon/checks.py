@@ -56,12 +56,9 @@ def typed(cfg: DictConfig) -> DictConfig:
     import_plugins(cfg)
     kind = cfg.task.get("kind")
     if kind not in TASK_SCHEMAS:
-        from agon.tasks import _TASK_MODULES  # a built-in kind registers its schema when its module loads
+        from agon.tasks import load_task_kind
 
-        if kind in _TASK_MODULES:
-            import importlib
-
-            importlib.import_module(_TASK_MODULES[kind])
+        load_task_kind(str(kind))  # a built-in kind registers its schema when its module loads
     schema = TASK_SCHEMAS.get(kind)
     if schema is None:
         raise ConfigError(f"task.kind={kind!r} is not valid; choose one of {sorted(TASK_SCHEMAS)}"
@@ -70,8 +67,7 @@ def typed(cfg: DictConfig) -> DictConfig:
         task = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.to_container(cfg.task, resolve=False))
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or getattr(exc, "key", None)
-        fields = [f for f in OmegaConf.structured(schema).keys()]
-        hint = did_you_mean(str(key).split(".")[-1], fields) if key else ""
+        hint = did_you_mean(str(key).split(".")[-1], list(OmegaConf.structured(schema))) if key else ""
         raise ConfigError(f"task.{key}: {str(exc).splitlines()[0]} (task.kind={kind}){hint}") from None
     readonly = OmegaConf.is_readonly(cfg)
     out = OmegaConf.merge(cfg, {})  # a copy with the same flags

@@ -23,7 +23,7 @@ import urllib.request
 from typing import Any, Callable, Sequence
 
 from agon.config import ConfigError
-from agon.policies import ModelLoadError, render_chat
+from agon.policies import ModelLoadError, render_chat, resolve_device
 from agon.tasks.deepmath import looks_like_path
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -103,15 +103,6 @@ LONG_BUDGET = 4096
 ALLOW_SLOW = "generation.allow_slow=true"
 
 
-def _on_cuda(cfg: Any) -> bool:
-    device = str(cfg.model.device)
-    if device == "auto":
-        import torch
-
-        return torch.cuda.is_available()
-    return device.startswith("cuda")
-
-
 def _missing(modules: Any) -> list[str]:
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
@@ -145,7 +136,7 @@ def check_engine(cfg: Any) -> None:
                     f"{budget:,} new tokens its fallback (generation.fallback={g.fallback}) takes hours per step "
                     f"where vLLM takes minutes. Install vLLM with `make vllm-install` (or `pip install vllm` on the "
                     f"GPU machine), or accept the fallback with {ALLOW_SLOW}.") from None
-    if slow_ok or not _on_cuda(cfg):
+    if slow_ok or not resolve_device(str(cfg.model.device)).startswith("cuda"):
         return
     if engine_name(cfg) == "hf_continuous" and len(_missing(("flash_attn", "kernels"))) == 2:
         raise ConfigError(

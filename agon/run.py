@@ -151,7 +151,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     done = finished_summary(out_dir, cfg) if resume == "auto" else None
     if done is not None:  # a sweep launched again, a requeued job that had finished: nothing to redo
         say(f"[agon] skipped: {out_dir} already holds this run's summary.json (trainer.resume=never trains it "
-              f"again)")
+            f"again)")
         return done
     ranks = Ranks.from_env(cfg.model.device, cfg.trainer.ddp_timeout)
     # what the cell starts with, before anything loads: a sweep's next cell must find what the first did
@@ -163,8 +163,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trainer, exit_code = None, 1
     if ranks.is_main:  # the cell's full reward: a preset's weights are not visible in its name
         say(f"[agon] {cfg.method.name}, reward {describe_reward(cfg.reward)}, exchange "
-              f"{exchange_name(cfg.exchange.mode, cfg.exchange.span)}, rotation {cfg.rotation.mode}, init "
-              f"{cfg.init.mode}")
+            f"{exchange_name(cfg.exchange.mode, cfg.exchange.span)}, rotation {cfg.rotation.mode}, init "
+            f"{cfg.init.mode}")
     try:
         trainer = build_trainer(cfg, run_dir, recorder, ranks, log=say if ranks.is_main else _quiet)
         if ranks.is_main:  # whatever the engine: a run that will take weeks says so before its first step
@@ -237,7 +237,7 @@ def memory_in_use(device: torch.device | None) -> tuple[float, int]:
     import psutil
 
     children = psutil.Process().children(recursive=True)
-    if device is not None and device.type == "cuda" or device is None and torch.cuda.is_available():
+    if (device.type == "cuda") if device is not None else torch.cuda.is_available():
         free, total = torch.cuda.mem_get_info(device)
         return (total - free) / 2**30, len(children)
     rss = 0
@@ -335,9 +335,9 @@ def _report(s: dict[str, Any]) -> None:
         return "n/a" if s.get(key) is None else f"{100 * s[key]:.1f}%"
 
     say(f"[agon] {s['method']} {s['overrides'] or '(defaults)'}: accuracy {pct('eval/accuracy_at_start')} -> "
-          f"{pct('eval/accuracy')} on {s['eval/n_problems']} problems x {s['eval/samples']} samples; "
-          f"A {pct('eval/solo_acc_A')}, B {pct('eval/solo_acc_B')}, conversion {pct('eval/conversion_rate')}, "
-          f"regression {pct('eval/regression_rate')}; {s['train/steps']} steps in {s['time/total_s']:.0f}s")
+        f"{pct('eval/accuracy')} on {s['eval/n_problems']} problems x {s['eval/samples']} samples; "
+        f"A {pct('eval/solo_acc_A')}, B {pct('eval/solo_acc_B')}, conversion {pct('eval/conversion_rate')}, "
+        f"regression {pct('eval/regression_rate')}; {s['train/steps']} steps in {s['time/total_s']:.0f}s")
 
 
 # errors whose message says all a user needs (a config value, a model that cannot load, an engine that cannot

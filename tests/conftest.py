@@ -11,6 +11,8 @@ The test world is built once per test session (about 20 s on two free cores) int
 from __future__ import annotations
 
 import os
+import sys
+import subprocess
 import random
 from pathlib import Path
 
@@ -94,6 +96,15 @@ def base_state(policies) -> dict:
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
     return agon.checks.compose_config(overrides or [])
+
+
+def run_agon(args: list[str], cache: Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """``python -m agon.run <args>`` as a user types it, in ``cwd`` (default the repository) with the model cache
+    ``cache`` and W&B offline unless ``env`` says otherwise; its output captured, bounded at 10 minutes."""
+    root = Path(__file__).parents[1]
+    return subprocess.run([sys.executable, "-m", "agon.run", *args], cwd=cwd or root, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(root), "AGON_CACHE": str(cache),
+                                            "WANDB_MODE": "offline", **env})
 
 
 @pytest.fixture(scope="session")

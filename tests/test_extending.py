@@ -4,8 +4,6 @@ mistakes in the config fail in one line, with the closest name, before W&B or an
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agon import run_files
-from tests.conftest import TEST_WORLD
+from tests.conftest import TEST_WORLD, run_agon
 
 ROOT = Path(__file__).parents[1]
 PLUGIN = ROOT / "tests" / "plugin_example"
@@ -23,20 +21,14 @@ SMALL = ["logger=none", "progress=false", "trainer.prompts_per_step=2", "trainer
          "trainer.max_new_tokens=24", "eval.n_problems=2", "eval.samples=2", "trainer.max_steps=2"]
 
 
-def _agon(args: list[str], cwd: Path, cache: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agon.run", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), "AGON_CACHE": str(cache),
-                                            "WANDB_MODE": "offline", **env})
-
-
 def test_a_package_outside_agon_adds_a_task_a_reward_and_a_method_and_a_run_uses_all_three(tmp_path, agon_cache):
     """``plugins=[tests.plugin_example]`` imports it before the check; its yaml comes through Hydra's search path.
     The method is refused by name without the plugin, so the run really is the plugin's."""
     args = ["task=scaled_sums", "reward=brevity", "method=relay", *WORLD, *SMALL,
             f"hydra.searchpath=[file://{PLUGIN / 'conf'}]", f"hydra.run.dir={tmp_path / 'run'}"]
-    refused = _agon(args, ROOT, agon_cache)
+    refused = run_agon(args, agon_cache)
     assert refused.returncode == 1 and "scaled_sums" in refused.stderr  # the premise: agon alone knows none of them
-    done = _agon(["plugins=[tests.plugin_example]", *args], ROOT, agon_cache)
+    done = run_agon(["plugins=[tests.plugin_example]", *args], agon_cache)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = tmp_path / "run"
     summary = run_files.read_json(run_dir / run_files.SUMMARY)
@@ -92,7 +84,7 @@ def test_agons_own_help_and_errors_list_options_not_schemas():
 ])
 def test_a_config_mistake_fails_in_one_line_before_wandb_or_any_model(args, says, tmp_path):
     run_dir = tmp_path / "run"
-    done = _agon([*args, "logger=wandb", f"hydra.run.dir={run_dir}"], tmp_path, tmp_path / "cache")
+    done = run_agon([*args, "logger=wandb", f"hydra.run.dir={run_dir}"], tmp_path / "cache", cwd=tmp_path)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], done.stderr
@@ -105,7 +97,7 @@ def test_a_run_logs_what_the_console_shows_to_run_log_with_no_bar_and_no_warning
     progress=false draws no bar at all (the libraries' weight-loading bar included) and a default run warns of
     nothing."""
     run_dir = tmp_path / "run"
-    done = _agon([*TEST_WORLD, *SMALL, "trainer.max_steps=1", f"hydra.run.dir={run_dir}"], ROOT, agon_cache)
+    done = run_agon([*TEST_WORLD, *SMALL, "trainer.max_steps=1", f"hydra.run.dir={run_dir}"], agon_cache)
     assert done.returncode == 0, done.stderr[-3000:]
     shown = [line for line in done.stdout.splitlines() if line.strip()]
     assert any(line.startswith("[estimate]") for line in shown) and any("[eval] eval final" in s for s in shown)

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from agon.config import ConfigError
 from agon.policies import ModelLoadError
 from agon.preflight import check_context, hub_ids, hub_reachable
-from tests.conftest import compose_config
+from tests.conftest import compose_config, run_agon
 
 
 def test_an_unreachable_hub_is_detected_without_waiting(monkeypatch):
@@ -109,18 +109,7 @@ def test_a_context_error_suggests_only_keys_the_task_has():
 # ---------------------------------------------------------------------------------------------------------------
 # no silent slow engine
 
-NO_VLLM = {"AGON_VLLM_PYTHON": "/nonexistent/python"}
-
-
-def _agon_run(args: list[str], cache, env: dict[str, str] = {}) -> "subprocess.CompletedProcess[str]":
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    return subprocess.run([sys.executable, "-m", "agon.run", *args], cwd=Path(__file__).parents[1], text=True,
-                          capture_output=True, timeout=600,
-                          env={**os.environ, "AGON_CACHE": str(cache), "WANDB_MODE": "disabled", **env})
+NO_VLLM = {"AGON_VLLM_PYTHON": "/nonexistent/python", "WANDB_MODE": "disabled"}
 
 
 def test_the_paper_preset_without_vllm_fails_in_one_line_naming_the_engine_the_install_and_the_opt_in(tmp_path):
@@ -129,8 +118,8 @@ def test_the_paper_preset_without_vllm_fails_in_one_line_naming_the_engine_the_i
     import importlib.util
 
     assert importlib.util.find_spec("vllm") is None  # the premise: agon's own environment has no vLLM
-    done = _agon_run(["experiment=paper_deepmath", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
-                     NO_VLLM)
+    done = run_agon(["experiment=paper_deepmath", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
+                    **NO_VLLM)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: generation.engine=vllm"), done.stderr
@@ -143,11 +132,11 @@ def test_with_the_opt_in_the_paper_preset_runs_on_its_fallback_and_says_how_long
     transformers' continuous batching and prints the estimate before its first step."""
     from tests.conftest import TEST_WORLD
 
-    done = _agon_run(["experiment=paper_deepmath", "model=tiny", "task=arithmetic", *TEST_WORLD,
-                      "model.dtype=float32", "model.gradient_checkpointing=false", "trainer.max_new_tokens=24",
-                      "eval.n_problems=2", "eval.samples=2", "trainer.max_steps=1", "trainer.prompts_per_step=2",
-                      "trainer.num_generations=2", "eval.every=0", "generation.allow_slow=true", "logger=none",
-                      "progress=false", f"hydra.run.dir={tmp_path / 'run'}"], agon_cache, NO_VLLM)
+    done = run_agon(["experiment=paper_deepmath", "model=tiny", "task=arithmetic", *TEST_WORLD,
+                     "model.dtype=float32", "model.gradient_checkpointing=false", "trainer.max_new_tokens=24",
+                     "eval.n_problems=2", "eval.samples=2", "trainer.max_steps=1", "trainer.prompts_per_step=2",
+                     "trainer.num_generations=2", "eval.every=0", "generation.allow_slow=true", "logger=none",
+                     "progress=false", f"hydra.run.dir={tmp_path / 'run'}"], agon_cache, **NO_VLLM)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "sampling with generation.fallback=hf_continuous instead" in out

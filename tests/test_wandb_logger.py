@@ -16,13 +16,20 @@ import wandb
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import agon.config  # noqa: F401  (registers the schemas)
 import agon.wandb_logger as wl
 from agon.loggers import Logger
 from agon.recorder import Recorder, build_logger
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CELL = "0_exchange=visible,reward=competitive"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_wandb_service_left():
+    """The W&B runs of this file are in this process: their service (wandb-core, a child process) ends with the
+    file, so no later test finds a child it did not start (the sandbox's tests count every one as left behind)."""
+    yield
+    wandb.teardown()
 
 
 @pytest.fixture(autouse=True)

@@ -128,11 +128,17 @@ def register_task(kind: str, schema: type | None = None) -> Callable[[type[Task]
     return wrap
 
 
+def load_task_kind(kind: str) -> type[Task] | None:
+    """The class registered for ``kind``, its module imported first when it is a built-in one not yet loaded (which
+    registers its config schema too); None for a kind nobody registered."""
+    if TASKS.get(kind) is None and kind in _TASK_MODULES:
+        importlib.import_module(_TASK_MODULES[kind])
+    return TASKS.get(kind)
+
+
 def build_task(cfg: Any) -> Task:
     """The task for ``cfg.kind`` (``task.kind`` in the config)."""
-    kind = cfg.kind
-    if kind not in TASKS:
-        raise KeyError(f"unknown task.kind {kind!r}; registered: {sorted(TASKS)}")
-    if TASKS[kind] is None:
-        importlib.import_module(_TASK_MODULES[kind])
-    return TASKS[kind](cfg)
+    cls = load_task_kind(cfg.kind)
+    if cls is None:
+        raise KeyError(f"unknown task.kind {cfg.kind!r}; registered: {sorted(TASKS)}")
+    return cls(cfg)

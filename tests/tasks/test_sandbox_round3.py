@@ -8,7 +8,6 @@ output is graded as the verifier grades it (``outputs_match``). Before this roun
 
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 import textwrap
