@@ -15,6 +15,11 @@ Left out on purpose: the real merges and weights (not reachable offline), normal
 round-trips through encode/decode), SentencePiece's byte fallback (Gemma), and the templates' tool calls and images.
 
     python -m agon.model_shape --model qwen3_0.6b     # prints the directory, for model.path=
+    python -m agon.model_shape --model gemma4_e2b --layers 10    # its first 10 of 35 layers, KV sharing kept
+
+``--layers N`` cuts the depth as the family keeps its layers valid (``Family.cut_layers``: Qwen3.5 whole repeats of
+its linear/full pattern, Gemma 4 whole sliding/full repeats with KV sharing scaled); a depth the family does not
+allow is refused in one line naming the smallest valid one.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from agon.families import Family, Shape, get_family
+from agon.families import Family, Shape, get_family, known_families
 
 # bump when the tokenizer builder, the corpus or the saved files change, so stale caches are not reused
 SHAPE_VERSION = 3
@@ -194,13 +199,15 @@ def ensure_model(family: str = "qwen3", size: str = "0.6b", dtype: str = "bfloat
                  overrides: dict | None = None) -> Path:
     """Directory of a random-init checkpoint of ``family`` at ``size`` (config, safetensors weights in ``dtype``, the
     generation config, the tokenizer), building it on first use. ``overrides`` change fields of the text config
-    (tests use tiny widths; the smoke run may cut the depth)."""
+    (tests use tiny widths; the smoke run cuts the depth, ``Family.cut_layers``); a depth the family does not allow
+    raises before anything is built."""
     from agon.world import build_once, cache_root  # here: it imports torch, which bpe_tables does not need
 
     fam = get_family(family)
     if fam.shape is None or size not in fam.shape.sizes:
         known = sorted(fam.shape.sizes) if fam.shape else []
         raise KeyError(f"model family {family!r} has no offline shape {size!r}; shapes: {known}")
+    config = fam.shape_config(size, **(overrides or {}))
 
     def build(tmp: Path) -> None:
         import torch
@@ -208,7 +215,6 @@ def ensure_model(family: str = "qwen3", size: str = "0.6b", dtype: str = "bfloat
 
         t0 = time.time()
         tokenizer = build_tokenizer(fam.shape)
-        config = fam.shape_config(size, **(overrides or {}))
         torch.manual_seed(seed)
         # constructed directly in the target dtype: a float32 model would double the peak (2.4 GB for Qwen3-0.6B)
         model = fam.shape_model(config, getattr(torch, dtype))
@@ -235,16 +241,35 @@ def model_shape_of(model_name: str) -> tuple[str, str]:
     return model.family, model.shape
 
 
+def layers_help() -> str:
+    """``--layers``' help (here and in ``agon.smoke_real``), with every shape's smallest valid cut."""
+    smallest = ", ".join(f"{name} {size} {get_family(name).smallest_cut(size)}" for name in known_families()
+                         if get_family(name).shape for size in get_family(name).shape.sizes)
+    return ("keep only the first N decoder layers, cut as the model's family keeps its layers valid "
+            f"(Family.cut_layers: whole layer patterns, full attention and KV sharing kept); smallest N: {smallest}")
+
+
+def cut_overrides(parser: argparse.ArgumentParser, family: str, size: str, layers: int | None) -> dict | None:
+    """The text-config overrides of ``--layers`` (None: the published depth); a depth the family does not allow
+    ends the program with argparse's one-line error naming the smallest valid one, before anything is built."""
+    if layers is None:
+        return None
+    try:
+        return get_family(family).cut_layers(size, layers)
+    except ValueError as exc:
+        parser.exit(2, f"{parser.prog}: error: --layers {layers}: {exc}\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="qwen3_0.6b", help="a conf/model option with a shape (model.shape)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--layers", type=int, default=None, help="fewer decoder layers than the published depth")
+    parser.add_argument("--layers", type=int, default=None, metavar="N", help=layers_help())
     args = parser.parse_args(argv)
     t0 = time.time()
     family, size = model_shape_of(args.model)
-    overrides = {"num_hidden_layers": args.layers} if args.layers else None
+    overrides = cut_overrides(parser, family, size, args.layers)
     path = ensure_model(family, size, args.dtype, args.seed, log=lambda msg: print(msg, file=sys.stderr, flush=True),
                         overrides=overrides)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux

@@ -3,7 +3,9 @@
 
 A randomly initialised checkpoint with the model's published configuration and a tokenizer with its family's special
 tokens, chat template and vocabulary size (``agon.model_shape``, built once and cached; ``--layers N`` keeps the
-width, vocabulary and layer pattern but only the first N layers, for models that do not fit the machine) is loaded
+width and vocabulary but only the first N layers, for models that do not fit the machine, cut as the family keeps its
+layers valid, ``Family.cut_layers``: a depth below the smallest cut, which ``--help`` lists per shape, is refused
+before anything is built) is loaded
 through ``from_pretrained`` by ``python -m agon.run experiment=paper_deepmath debug=smoke_real model=<model>
 model.path=<dir>``, in a child process: bfloat16 (float32 on a CPU without native bfloat16 matmul, where bfloat16
 would take hours), gradient checkpointing, micro-batches, the paper's reward and LoRA rank, DeepMath grading on a
@@ -30,6 +32,7 @@ from typing import Any
 import psutil
 import torch
 
+from agon.model_shape import layers_help
 from agon.policies import cpu_has_fast_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,8 +93,7 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[int, float, int, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agon.smoke_real", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="qwen3_0.6b", help="a conf/model option with a published shape")
-    parser.add_argument("--layers", type=int, default=None,
-                        help="build the random checkpoint with only this many decoder layers (the rest as published)")
+    parser.add_argument("--layers", type=int, default=None, metavar="N", help=layers_help())
     parser.add_argument("--model-path", type=Path, help="a real checkpoint of --model instead of the random one")
     parser.add_argument("--source", default=str(SAMPLE_DATA), help="DeepMath problems (parquet or JSONL)")
     parser.add_argument("--out", type=Path, default=Path("smoke-real"), help="run directory and smoke_real.json")
@@ -102,11 +104,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoConfig
 
-    from agon.model_shape import ensure_model, model_shape_of
+    from agon.model_shape import cut_overrides, ensure_model, model_shape_of
 
     family, size = model_shape_of(args.model)
     if args.model_path is None:
-        layers = {"num_hidden_layers": args.layers} if args.layers else None
+        layers = cut_overrides(parser, family, size, args.layers)
         model_dir = ensure_model(family, size, "bfloat16", log=lambda m: print(m, flush=True), overrides=layers)
     else:
         model_dir = args.model_path

@@ -6,7 +6,9 @@ The core never compares a family's name. ``Policies`` asks the family registered
 (``get_family``) to load the base, to give the output head that scoring runs in chunks, for the tokens that end a
 turn, and to put a completion in agon's canonical form, ``<think>reasoning</think>visible text``, which every task's
 verifier and recap read (``agon.tasks.text``). ``agon.model_shape`` builds a family's offline checkpoint from the
-family's ``Shape``; the config check asks the family whether the chosen engine serves it.
+family's ``Shape``, at fewer layers as the family allows (``cut_layers``: a cut keeps the layer structure
+transformers needs, a depth that cannot is refused naming ``smallest_cut``); the config check asks the family whether
+the chosen engine serves it.
 
 Adding a family is one module here, ``agon/families/<name>.py``, whose subclass is registered with
 ``register_family``, and one YAML file in ``conf/model/`` that sets ``family: <name>``; ``get_family`` imports the
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
@@ -135,15 +137,67 @@ class Family:
 
     # -- offline shape ---------------------------------------------------------------------------------------------
 
+    # what a cut (``cut_layers``) keeps so the family's layers stay valid, for the error that refuses a depth
+    cut_rule: ClassVar[str] = "its first layers (all alike)"
+
     def shape_config(self, size: str, **overrides: Any) -> Any:
-        """The config of a published ``size`` (``shape.sizes``) with ``overrides`` on its text part."""
+        """The config of a published ``size`` (``shape.sizes``) with ``overrides`` on its text part
+        (``shape_text``)."""
         raise NotImplementedError(f"model family {self.name!r} has no offline shape")
+
+    def shape_text(self, size: str, overrides: dict[str, Any]) -> dict[str, Any]:
+        """The published text config of ``size`` with ``overrides`` on it. A depth override alone is a cut
+        (``cut_layers``: the family's layer structure kept, a depth it does not allow refused); overrides that list
+        ``layer_types`` themselves bring a layer structure of their own (the tests' tiny models), taken as given."""
+        published = self.shape.sizes[size]
+        depth = overrides.get("num_hidden_layers", published["num_hidden_layers"])
+        if depth == published["num_hidden_layers"] or "layer_types" in overrides:
+            return {**published, **overrides}
+        return {**published, **self.cut_layers(size, depth), **overrides}
+
+    def cut_depths(self, size: str) -> list[int]:
+        """The depths ``cut_layers`` allows for the published ``size``, ascending, the published depth last. The
+        default, for a family whose layers are all alike: any."""
+        return list(range(1, self.shape.sizes[size]["num_hidden_layers"] + 1))
+
+    def smallest_cut(self, size: str) -> int:
+        """The fewest decoder layers a cut of ``size`` keeps (``make smoke-real ARGS="--layers N"``)."""
+        return self.cut_depths(size)[0]
+
+    def cut_layers(self, size: str, layers: int) -> dict[str, Any]:
+        """Text-config overrides (for ``shape_config``) keeping ``layers`` of the published ``size``'s decoder layers
+        at its width and vocabulary, the family's layer structure valid (``cut_structure``). A depth outside
+        ``cut_depths`` raises a one-line ``ValueError`` naming the smallest valid one, before anything is built."""
+        depths = self.cut_depths(size)
+        if layers not in depths:
+            raise ValueError(f"{self.label} {size} cannot be cut to {layers} layers; the smallest valid cut is "
+                             f"{depths[0]} (valid: {_listing(depths)}): a cut keeps {self.cut_rule}")
+        return {"num_hidden_layers": layers, **self.cut_structure(size, layers)}
+
+    def cut_structure(self, size: str, layers: int) -> dict[str, Any]:
+        """The text-config fields besides the depth that a cut to an allowed depth sets. The default: the first
+        ``layers`` entries of ``layer_types`` where the config lists them (a plain prefix)."""
+        types = self.shape.sizes[size].get("layer_types")
+        return {"layer_types": list(types[:layers])} if types else {}
 
     def shape_model(self, config: Any, dtype: torch.dtype) -> Any:
         """A random-weight model of ``config`` as the checkpoint holds it (multimodal where it is)."""
         from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM.from_config(config, dtype=dtype)
+
+
+def layer_period(types: Sequence[str]) -> int:
+    """The length of the shortest block of layer types that ``types`` repeats whole (its own length if none)."""
+    n = len(types)
+    return next(p for p in range(1, n + 1) if n % p == 0 and all(t == types[i % p] for i, t in enumerate(types)))
+
+
+def _listing(depths: list[int]) -> str:
+    """``1 to 28`` for a run of depths, else ``10, 15, 20, 25, 30 or 35``."""
+    if depths == list(range(depths[0], depths[-1] + 1)) and len(depths) > 2:
+        return f"{depths[0]} to {depths[-1]}"
+    return " or ".join(filter(None, [", ".join(map(str, depths[:-1])), str(depths[-1])]))
 
 
 FAMILIES: Registry[Family] = Registry("model.family")

@@ -17,8 +17,11 @@ reasoning block. An opened channel that never closes is a truncated trace and ha
 The offline shape: the published ``text_config`` of ``google/gemma-4-E2B-it`` and ``-E4B-it`` (from Google's
 conversion script: layer pattern, KV sharing, per-layer inputs, double-wide MLP on E2B), small vision and audio
 towers (they are not what is measured), the 262,144-entry vocabulary with Gemma 4's control tokens at their ids, and
-a template that renders what agon uses of the E2B/E4B one. Left out: tool calls, images and audio in prompts, and
-SentencePiece's byte fallback (the offline tokenizer is byte-level BPE).
+a template that renders what agon uses of the E2B/E4B one. A cut to fewer layers (``cut_layers``) keeps whole
+repeats of the sliding/full pattern (transformers makes the last layer full attention) and the published share of
+them reusing keys and values, at least one repeat owning and one reusing: 10 layers at the fewest on E2B, 12 on E4B.
+Left out: tool calls, images and audio in prompts, and SentencePiece's byte fallback (the offline tokenizer is
+byte-level BPE).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 import torch
 
-from agon.families import Family, Shape, register_family
+from agon.families import Family, Shape, layer_period, register_family
 from agon.tasks.text import THINK_CLOSE, THINK_OPEN
 
 # the published text configs; the rest (head_dim 256, sliding window 512, soft-cap, RoPE, vocabulary) is common
@@ -105,6 +108,8 @@ class Gemma4(Family):
     engine_notes = {"hf_continuous": "transformers' continuous batching reads one head_dim for every layer, and "
                                      "Gemma 4's full-attention layers have their own; use hf"}
     shape = SHAPE
+    cut_rule = ("whole repeats of its sliding/full pattern (the last layer full attention), at least one owning its "
+                "keys and values and one reusing them")
 
     def load(self, source: str, dtype: torch.dtype) -> Any:
         from transformers import AutoConfig, Gemma4ForCausalLM
@@ -132,20 +137,31 @@ class Gemma4(Family):
             return THINK_OPEN + THINK_CLOSE + text  # no thought channel: the whole turn is visible
         return text.replace(THOUGHT, THINK_OPEN).replace(CHANNEL_OPEN, THINK_OPEN).replace(CHANNEL_CLOSE, THINK_CLOSE)
 
+    def cut_depths(self, size: str) -> list[int]:
+        # whole repeats of the pattern, so the last layer is full attention as transformers requires; two at least
+        # where the size shares KV, so a cut keeps both an owning and a reusing layer of each type
+        published = SIZES[size]
+        period = layer_period(published["layer_types"])
+        first = 2 * period if published["num_kv_shared_layers"] else period
+        return list(range(first, published["num_hidden_layers"] + 1, period))
+
+    def cut_structure(self, size: str, layers: int) -> dict[str, Any]:
+        # transformers' rule (Gemma4TextConfig.kv_sharing_modes): the last num_kv_shared_layers layers reuse the KV
+        # of the last earlier layer of their type, so every type must have a layer before them. The reusing layers
+        # here are the published share (E2B 4 of 7 repeats, E4B 3 of 7) of whole repeats, at least one, and at
+        # least one repeat owns its KV: every type has an owner, and every kind of layer the size has is kept
+        # (on E2B the reusing layers' double-wide MLP too)
+        published = SIZES[size]
+        period = layer_period(published["layer_types"])
+        repeats, total = layers // period, published["num_hidden_layers"] // period
+        share = round(published["num_kv_shared_layers"] / period * repeats / total)
+        shared = min(max(share, 1), repeats - 1) if published["num_kv_shared_layers"] else 0
+        return {"layer_types": published["layer_types"][:layers], "num_kv_shared_layers": shared * period}
+
     def shape_config(self, size: str, **overrides: Any) -> Any:
         from transformers import Gemma4Config
 
-        published, text = SIZES[size], {**SIZES[size], **overrides}
-        depth = text["num_hidden_layers"]
-        if depth != published["num_hidden_layers"]:  # a cut: the first layers, the same share of them reusing KV
-            if "layer_types" not in overrides:
-                text["layer_types"] = published["layer_types"][:depth]
-            if "num_kv_shared_layers" not in overrides:
-                # the same share, but every layer type keeps a layer of its own before the sharing ones begin
-                types = text["layer_types"]
-                owners = max(types.index(t) for t in set(types)) + 1
-                share = round(published["num_kv_shared_layers"] * depth / published["num_hidden_layers"])
-                text["num_kv_shared_layers"] = max(0, min(share, depth - owners))
+        text = self.shape_text(size, overrides)
         return Gemma4Config(text_config=text, vision_config=_VISION, audio_config=_AUDIO, tie_word_embeddings=True,
                             eos_token_id=[1, 106])
 

@@ -63,4 +63,4 @@ class Qwen3(Family):
     def shape_config(self, size: str, **overrides: Any) -> Any:
         from transformers import Qwen3Config
 
-        return Qwen3Config(**{**SHAPE.sizes[size], **overrides})
+        return Qwen3Config(**self.shape_text(size, overrides))

@@ -11,15 +11,18 @@ and the multi-token-prediction head's weights, so the base class's ``load`` is t
 
 The offline shape: the published text configs of ``Qwen/Qwen3.5-0.8B`` and ``-2B`` (model card: 24 layers as
 6 x (3 linear + 1 full), 8 query and 2 KV heads of 256, 16 linear heads of 128, vocabulary 248,320), a small vision
-tower, Qwen3.5's added tokens at their ids and the small models' template tail. Left out: the multi-token-prediction
-layer (transformers does not load it), the template's tools, images and kept reasoning of tool turns.
+tower, Qwen3.5's added tokens at their ids and the small models' template tail. A cut to fewer layers
+(``cut_layers``) keeps whole repeats of the 4-layer pattern, 4 layers at the fewest: transformers' cache counts
+positions on a full-attention layer, and the first layers alone are linear attention. Left out: the
+multi-token-prediction layer (transformers does not load it), the template's tools, images and kept reasoning of tool
+turns.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agon.families import Shape, register_family
+from agon.families import Shape, layer_period, register_family
 from agon.families.qwen3 import CHATML_TURNS, Qwen3
 
 _TEXT = dict(vocab_size=248_320, num_hidden_layers=24, num_attention_heads=8, num_key_value_heads=2, head_dim=256,
@@ -72,13 +75,19 @@ class Qwen3_5(Qwen3):
     # of a 1,571 s step generating on the reference path); `pip install agon[gpu]` brings them
     fast_kernels = {"fla": "flash-linear-attention", "causal_conv1d": "causal-conv1d"}
     shape = SHAPE
+    cut_rule = ("whole repeats of its pattern of three linear-attention layers and a full-attention one "
+                "(transformers' cache counts positions on an attention layer)")
+
+    def cut_depths(self, size: str) -> list[int]:
+        # each repeat ends on its full-attention layer, so any whole number of them keeps one and the published
+        # ratio of linear to full attention; the kept entries of layer_types are the default prefix
+        period = layer_period(SIZES[size]["layer_types"])
+        return list(range(period, SIZES[size]["num_hidden_layers"] + 1, period))
 
     def shape_config(self, size: str, **overrides: Any) -> Any:
         from transformers.models.qwen3_5 import Qwen3_5Config
 
-        text = {**SIZES[size], **overrides}
-        if text["num_hidden_layers"] != SIZES[size]["num_hidden_layers"] and "layer_types" not in overrides:
-            text["layer_types"] = SIZES[size]["layer_types"][: text["num_hidden_layers"]]
+        text = self.shape_text(size, overrides)
         vision = dict(_VISION, out_hidden_size=text["hidden_size"])
         return Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True)
 
