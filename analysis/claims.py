@@ -1,42 +1,54 @@
 """The paper's claims, put to a set of runs: each a difference between two cells with its interval and verdict.
 
 A claim (``claims.yaml``, a data file beside the code, which also holds the rules below) names two cells, a metric,
-a measure and a direction. A cell is named by its ``experiment`` (the named presets of ``conf/experiment``, which
-the results sweeps use: ``agon``) or by axis values (``exchange=latent:recap``; several joined by ``,``), for grids
-swept over an axis rather than over presets. Axis values are matched among the runs launched without a preset
-only, so that the claims of an axis sweep are never put to the paper's design (where they would change the number
-of claims its family-wise interval counts), and they name a cell only where they pick out one: where they match
-runs of several cells (two axes swept, ``exchange=visible`` under both rewards) the claim is not put to those
-runs. The measure is ``final`` (each run's value after training) or ``change`` (each run's value after
-training minus its value at the evaluation before it, ``<metric>_at_start`` in the runs frame): a claim about what
-training does to a metric that differs between cells before training is judged on its change.
+a measure, a direction and when it was written (before or after the runs it is put to). A cell is named by its
+``experiment`` (the named presets of ``conf/experiment``, which the results sweeps use: ``agon``) or by axis values
+(``exchange=latent:recap``; several joined by ``,``), for grids swept over an axis rather than over presets. Axis
+values are matched among the runs launched without a preset only, so that the claims of an axis sweep are never put
+to the paper's design (where they would change the number of claims its family-wise interval counts), and they name
+a cell only where they pick out one: where they match runs of several cells (two axes swept, ``exchange=visible``
+under both rewards) the claim is not put to those runs. The measure is ``final`` (each run's value after training)
+or ``change`` (each run's value after training minus its value at the evaluation before it, ``<metric>_at_start``
+in the runs frame): a claim about what training does to a metric that differs between cells before training is
+judged on its change.
 
 Intervals, per setting (task and model; claims never mix settings):
 
     pooled      the verdict's interval: Student's t on the difference of the two cells' means, with the seeds' SD
                 pooled over every trained cell of the setting (each cell whose method trains, i.e. all but MoA;
-                df = sum of n_i - 1). With 3 seeds a cell's own SD is a poor estimate, and two cells whose
-                seeds happen to agree would get a narrow interval. The pool assumes one seed-to-seed noise for
-                all trained cells, which three seeds of each cannot tell apart from theirs
+                df = sum of n_i - 1), raised to the evaluation floor where it lies below it. With 3 seeds a cell's
+                own SD is a poor estimate, and two cells whose seeds happen to agree would get a narrow interval.
+                The pool assumes one seed-to-seed noise for all trained cells, which three seeds of each cannot
+                tell apart from theirs
+    floor       the largest evaluation-sampling SD among the pooled runs: per run, the SD of its final value over
+                its own samples with its problems held fixed, sqrt(sum_g s_g^2 / k_g) / G over the G (problem,
+                order) groups of its final evaluation, s_g^2 the unbiased variance of the group's k_g samples (for
+                accuracy, p(1 - p) k / (k - 1)). Two evaluations of one model differ by that much, so no SD over
+                seeds can be smaller. A change claim takes the final's floor, a lower bound: the start evaluation's
+                samples are not packed. Without the eval rows (W&B) there is no floor, and the notes say so
     welch       Welch's t on the two cells' own seeds, shown beside it
     family-wise the pooled interval at Bonferroni's level 1 - (1 - level) / k, for the k claims of the setting
-                that get an interval, with its own verdict: all k hold together at ``level``
+                written before their runs that get an interval, with its own verdict: all k hold together
 
-The verdict of an interval:
+The verdict of an interval, for a claim written before its runs:
 
-    holds        it lies on the claimed side of 0
-    reversed     it lies on the other side
-    unresolved   it holds 0
+    holds        it lies beyond the metric's minimum effect on the claimed side
+    reversed     it lies beyond it on the other side
+    negligible   it lies within +-minimum effect: no effect of the stated size either way
+    unresolved   anything else (it reaches past the minimum effect on a side, and holds 0 or the effect's edge)
     for "about equal": holds when it lies within +-margin (even if it excludes 0: a difference smaller than the
                  margin is what "about equal" means); else differs when it excludes 0; else unresolved. The
-                 margin is ``equivalence.fraction`` of the RL effect, the reference cell's (GRPO's) mean gain
-                 in ``equivalence.metric`` from before training to after; with no such gain: "no margin"
+                 margin is a fixed number per metric (``equivalence``); a metric without one: "no margin"
     not testable a change claim where a run of its cells has no value at the start (nothing falls back to finals)
     too few seeds no interval can be formed
 
+A claim written after its runs gets "description (written after its runs)" in place of a verdict: its interval is
+shown, and it is not counted in k.
+
 Left out on purpose: corrections less conservative than Bonferroni (Holm, false discovery rate): ten claims and
-wide intervals, where the simplest rule that a reader can redo by hand is worth more than a little power; and any
-test across settings (each task is judged on its own).
+wide intervals, where the simplest rule that a reader can redo by hand is worth more than a little power; any test
+across settings (each task is judged on its own); and margins or minimum effects scaled to an observed gain (a
+scale read from the runs being judged moves with them).
 """
 
 from __future__ import annotations
@@ -51,6 +63,7 @@ import pandas as pd
 import yaml
 
 from agon.methods import METHODS
+from analysis.tables import final_rows
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,8 @@ class Claim:
     right: str
     # "greater": left > right; "smaller": left < right; "similar": left about equal to right
     direction: str
+    # "before" or "after" the runs it is put to: only a claim written before them gets a verdict
+    written: str
     metric: str = "eval/accuracy"
     # "final": the value after training; "change": after training minus before
     measure: str = "final"
@@ -70,23 +85,48 @@ class Claim:
 class Rules:
     """How claims are judged (``claims.yaml``, which says why)."""
 
-    # the experiment whose gain from training sets the "about equal" margin
-    reference: str
-    # the metric of that gain (and of the margin)
-    margin_metric: str
-    # margin = fraction x gain
-    fraction: float
+    # metric -> the "about equal" margin, in the metric's units (accuracy as a fraction)
+    margins: dict[str, float]
+    # metric -> the smallest difference a directional claim asserts, in the metric's units
+    min_effects: dict[str, float]
+    # metric -> the eval.jsonl field whose samples it averages (the evaluation floor's)
+    floor_fields: dict[str, str]
     # each claim's interval; the family-wise one is at 1 - (1 - level) / k
     level: float
+    # the experiment the figures compare against (GRPO)
+    reference: str = "grpo"
+
+
+WRITTEN = ("before", "after")
+DESCRIPTION = "description (written after its runs)"
+
+
+def _numbers(section: dict, name: str) -> dict[str, float]:
+    """A section of metric -> number, each a positive number as written (never a rule computed from runs)."""
+    out = {}
+    for metric, value in (section or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"claims.yaml: {name}[{metric!r}] must be a positive number, not {value!r}")
+        out[metric] = float(value)
+    return out
+
+
+def parse_claims(data: dict) -> tuple[tuple[Claim, ...], Rules]:
+    """The claims and rules of a parsed ``claims.yaml``; a claim without ``written`` is an error."""
+    rules = Rules(margins=_numbers(data["equivalence"], "equivalence"),
+                  min_effects=_numbers(data["min_effect"], "min_effect"),
+                  floor_fields=dict(data.get("floor") or {}), level=float(data["level"]),
+                  reference=str(data.get("reference", "grpo")))
+    claims = tuple(Claim(**c) for c in data["claims"])
+    for claim in claims:
+        if claim.written not in WRITTEN:
+            raise ValueError(f"claims.yaml: {claim.text!r}: written must be before or after, not {claim.written!r}")
+    return claims, rules
 
 
 def load_claims() -> tuple[tuple[Claim, ...], Rules]:
     """The claims and rules of ``claims.yaml`` (installed with the package)."""
-    data = yaml.safe_load(resources.files("analysis").joinpath("claims.yaml").read_text())
-    eq = data["equivalence"]
-    rules = Rules(reference=eq["reference"], margin_metric=eq["metric"], fraction=float(eq["fraction"]),
-                  level=float(data["level"]))
-    return tuple(Claim(**c) for c in data["claims"]), rules
+    return parse_claims(yaml.safe_load(resources.files("analysis").joinpath("claims.yaml").read_text()))
 
 
 CLAIMS, RULES = load_claims()
@@ -142,13 +182,37 @@ def bonferroni_level(level: float, k: int) -> float:
     return 1 - (1 - level) / max(k, 1)
 
 
+def eval_floor(rows: pd.DataFrame, field: str) -> float:
+    """The evaluation-sampling SD of one run's final value: ``rows`` are its final evaluation's graded samples
+    (``analysis.tables.final_rows``), ``field`` the one the metric averages. With G (problem, order) groups of k_g
+    samples and unbiased variances s_g^2, sqrt(sum_g s_g^2 / k_g) / G: the SD of the mean over its samples with the
+    problems held fixed, as every run of a grid evaluates the same problems. Groups of one sample add nothing (no
+    variance to estimate); nan without rows."""
+    if rows.empty or field not in rows:
+        return math.nan
+    keys = [k for k in ("problem_id", "order") if k in rows]
+    values = pd.to_numeric(rows[field], errors="coerce").astype(float)
+    groups = values.groupby([rows[k] for k in keys]) if keys else values.groupby(np.zeros(len(values)))
+    var, count = groups.var(ddof=1).fillna(0.0), groups.size()
+    return float(math.sqrt(float((var / count).sum())) / len(count))
+
+
+def run_floors(runs: pd.DataFrame, evals: pd.DataFrame | None, field: str) -> pd.Series:
+    """``eval_floor`` of each run (index as ``runs``); nan for runs without eval rows, and for all without
+    ``evals``."""
+    if evals is None or evals.empty or not field:
+        return pd.Series(math.nan, index=runs.index)
+    return pd.Series([eval_floor(final_rows(evals, run), field) for _, run in runs.iterrows()], index=runs.index)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # verdicts
 
 
-def verdict(direction: str, low: float, high: float, margin: float = math.nan) -> str:
-    """holds, reversed or unresolved; for "similar" holds (within +-margin), differs or unresolved, and
-    "no margin" when ``margin`` is nan. Intervals are closed: one that ends at 0 holds 0."""
+def verdict(direction: str, low: float, high: float, margin: float = math.nan, min_effect: float = 0.0) -> str:
+    """holds, reversed, negligible or unresolved, beyond ``min_effect`` (see the module's docstring); for "similar"
+    holds (within +-margin), differs or unresolved, and "no margin" when ``margin`` is nan; "no minimum effect"
+    when ``min_effect`` is nan. Intervals are closed: one that ends at the edge holds the edge."""
     if math.isnan(low):
         return "too few seeds"
     if direction == "similar":
@@ -157,34 +221,15 @@ def verdict(direction: str, low: float, high: float, margin: float = math.nan) -
         if -margin <= low and high <= margin:
             return "holds"
         return "differs" if low > 0 or high < 0 else "unresolved"
-    above, below = low > 0, high < 0
+    if math.isnan(min_effect):
+        return "no minimum effect"
+    above, below = low > min_effect, high < -min_effect
     if direction == "smaller":
         above, below = below, above
-    return "holds" if above else "reversed" if below else "unresolved"
-
-
-def rl_effect(done: pd.DataFrame, rules: Rules = RULES) -> tuple[float, str]:
-    """(the reference cell's mean gain in ``rules.margin_metric`` over its runs, why not when nan)."""
-    start = f"{rules.margin_metric}_at_start"
-    ref = done[done["experiment"] == rules.reference] if "experiment" in done else done.iloc[:0]
-    if ref.empty or rules.margin_metric not in ref:
-        return math.nan, f"no {rules.reference} cell"
-    if start not in ref:
-        return math.nan, f"{rules.reference} has no value at the start"
-    gain = (pd.to_numeric(ref[rules.margin_metric], errors="coerce")
-            - pd.to_numeric(ref[start], errors="coerce")).dropna()
-    if gain.empty:
-        return math.nan, f"{rules.reference} has no value at the start"
-    return float(gain.mean()), ""
-
-
-def margin_of(effect: float, why: str, rules: Rules = RULES) -> tuple[float, str]:
-    """(the "about equal" margin, why there is none): ``rules.fraction`` of a positive RL effect."""
-    if math.isnan(effect):
-        return math.nan, why
-    if effect <= 0:
-        return math.nan, f"{rules.reference} did not gain"
-    return rules.fraction * effect, ""
+    if above or below:
+        return "holds" if above else "reversed"
+    # min_effect 0 has no "negligible" band: an interval within [0, 0] is a point that holds 0
+    return "negligible" if min_effect > 0 and -min_effect <= low and high <= min_effect else "unresolved"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,16 +279,12 @@ def claim_values(rows: pd.DataFrame, metric: str, measure: str) -> tuple[np.ndar
     return (final - start)[has_final & start.notna()].to_numpy(float), int((has_final & start.isna()).sum())
 
 
-def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules) -> list[dict]:
+def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules,
+                    evals: pd.DataFrame | None) -> list[dict]:
     """The rows of one setting's claims (see ``claims_table``)."""
     cells = [rows for _, rows in done.groupby(_cell_column(done), sort=False)]
     trained = [rows for rows in cells if _trains(rows["method"].iloc[0] if "method" in rows else None)]
-    effect, why = rl_effect(done, rules)
-    margin, why = margin_of(effect, why, rules)
-    # how the notes name the reference: its method's label (GRPO) where the runs have one
-    labels = done.loc[done["experiment"] == rules.reference, "method_label"] if "method_label" in done else []
-    reference = str(labels.iloc[0]) if len(labels) else rules.reference
-    pools: dict[tuple[str, str], tuple[float, int]] = {}
+    pools: dict[tuple[str, str], tuple[float, int, float, float]] = {}
     rows = []
     for claim in claims:
         if claim.metric not in done:
@@ -257,14 +298,22 @@ def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules) -
             continue  # the metric does not apply to a cell
         key = (claim.metric, claim.measure)
         if key not in pools:
-            pools[key] = pooled_sd([claim_values(rows, *key)[0] for rows in trained])
-        sd, df = pools[key]
-        row = {"claim": claim.text, "metric": claim.metric, "measure": claim.measure, "direction": claim.direction,
-               "left": claim.left, "right": claim.right, "seeds": f"{len(left) + miss_l} vs {len(right) + miss_r}",
-               "pooled_sd": sd, "pooled_df": df, "pooled_cells": len(trained),
-               "untrained_cells": len(cells) - len(trained), "reference": reference,
-               "fraction": rules.fraction, "margin_metric": rules.margin_metric, "rl_effect": effect,
-               "margin": margin if claim.metric == rules.margin_metric else math.nan}
+            seed_sd, df = pooled_sd([claim_values(rows, *key)[0] for rows in trained])
+            # the floor of the runs pooled; a change claim takes its final's (the start's samples are not packed)
+            floors = pd.concat([run_floors(rows, evals, rules.floor_fields.get(claim.metric, ""))
+                                for rows in trained]) if trained else pd.Series(dtype=float)
+            floor = float(floors.max()) if floors.notna().any() else math.nan
+            sd = seed_sd if math.isnan(floor) or math.isnan(seed_sd) else max(seed_sd, floor)
+            pools[key] = (sd, df, seed_sd, floor)
+        sd, df, seed_sd, floor = pools[key]
+        row = {"claim": claim.text, "written": claim.written, "metric": claim.metric, "measure": claim.measure,
+               "direction": claim.direction, "left": claim.left, "right": claim.right,
+               "seeds": f"{len(left) + miss_l} vs {len(right) + miss_r}",
+               "pooled_sd": sd, "pooled_df": df, "seed_sd": seed_sd, "eval_floor": floor,
+               "pooled_cells": len(trained), "untrained_cells": len(cells) - len(trained),
+               "margin": rules.margins.get(claim.metric, math.nan) if claim.direction == "similar" else math.nan,
+               "min_effect": (rules.min_effects.get(claim.metric, math.nan) if claim.direction != "similar"
+                              else math.nan)}
         if miss_l or miss_r:
             row["testable"] = f"not testable: {miss_l + miss_r} run(s) have no {claim.metric} at the start"
             row.update(left_mean=math.nan, right_mean=math.nan)
@@ -272,11 +321,9 @@ def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules) -
             row["testable"] = ""
             row.update(left_mean=float(left.mean()), right_mean=float(right.mean()))
         row["_values"] = (left, right)
-        if claim.direction == "similar" and math.isnan(row["margin"]):
-            row["no_margin"] = (why if claim.metric == rules.margin_metric
-                                else f"the margin is in {rules.margin_metric}")
         rows.append(row)
-    k = sum(1 for r in rows if not r["testable"])
+    # only the claims written before their runs are tests: they alone count in k
+    k = sum(1 for r in rows if not r["testable"] and r["written"] == "before")
     fw_level = bonferroni_level(rules.level, k)
     for row in rows:
         left, right = row.pop("_values")
@@ -288,30 +335,39 @@ def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules) -
             continue
         diff, low, high = pooled_interval(left, right, row["pooled_sd"], row["pooled_df"], rules.level)
         _, w_low, w_high = welch_interval(left, right, rules.level)
+        row.update(difference=diff, ci_low=low, ci_high=high, welch_low=w_low, welch_high=w_high)
+        if row["written"] != "before":
+            # a description: its interval, no verdict, and no family-wise interval (it is in no family)
+            row.update(fw_low=math.nan, fw_high=math.nan, verdict=DESCRIPTION, fw_verdict=DESCRIPTION)
+            continue
         _, f_low, f_high = pooled_interval(left, right, row["pooled_sd"], row["pooled_df"], fw_level)
-        row.update(difference=diff, ci_low=low, ci_high=high, welch_low=w_low, welch_high=w_high,
-                   fw_low=f_low, fw_high=f_high)
+        row.update(fw_low=f_low, fw_high=f_high)
         for name, (lo, hi) in (("verdict", (low, high)), ("fw_verdict", (f_low, f_high))):
-            said = verdict(row["direction"], lo, hi, row["margin"])
-            row[name] = f"no margin: {row['no_margin']}" if said == "no margin" else said
+            said = verdict(row["direction"], lo, hi, row["margin"], row["min_effect"])
+            row[name] = (f"no margin: none fixed for {row['metric']}" if said == "no margin"
+                         else f"no minimum effect: none fixed for {row['metric']}" if said == "no minimum effect"
+                         else said)
     return rows
 
 
-COLUMNS = ["claim", "metric", "measure", "direction", "left", "right", "seeds", "left_mean", "right_mean",
+COLUMNS = ["claim", "written", "metric", "measure", "direction", "left", "right", "seeds", "left_mean", "right_mean",
            "difference", "ci_low", "ci_high", "verdict", "welch_low", "welch_high", "fw_low", "fw_high",
-           "fw_verdict", "level", "fw_level", "claims", "pooled_sd", "pooled_df", "pooled_cells", "untrained_cells",
-           "reference", "fraction", "margin_metric", "rl_effect", "margin"]
+           "fw_verdict", "level", "fw_level", "claims", "pooled_sd", "pooled_df", "seed_sd", "eval_floor",
+           "pooled_cells", "untrained_cells", "margin", "min_effect"]
 
 
-def claims_table(runs: pd.DataFrame, claims: Sequence[Claim] = CLAIMS, rules: Rules = RULES) -> pd.DataFrame:
+def claims_table(runs: pd.DataFrame, claims: Sequence[Claim] = CLAIMS, rules: Rules = RULES,
+                 evals: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per claim whose two cells are both among the complete runs, per setting (``task`` and ``model``,
-    when the frame has them; a ``setting`` column names it when there are several).
+    when the frame has them; a ``setting`` column names it when there are several). ``evals``: the runs' eval rows
+    (``load_runs(...).evals``), from which each run's evaluation floor is computed; without them there is none.
 
-    Columns: claim, metric, measure, direction, left, right, seeds, left_mean and right_mean (of each cell's values
-    under the measure), difference, ci_low/ci_high (pooled interval) and verdict, welch_low/welch_high,
-    fw_low/fw_high and fw_verdict (the family-wise interval), level and fw_level, claims (k), pooled_sd, pooled_df
-    and pooled_cells, untrained_cells (left out of the pool), reference (its label), fraction, margin_metric,
-    rl_effect and margin (nan where there is none, or where the claim's metric is not the margin's).
+    Columns: claim, written, metric, measure, direction, left, right, seeds, left_mean and right_mean (of each
+    cell's values under the measure), difference, ci_low/ci_high (pooled interval) and verdict, welch_low/welch_high,
+    fw_low/fw_high and fw_verdict (the family-wise interval; nan for a claim written after its runs), level and
+    fw_level, claims (k), pooled_sd (the SD the intervals use: max(seed_sd, eval_floor)), pooled_df, seed_sd (the
+    seeds' pooled SD), eval_floor (nan without eval rows), pooled_cells, untrained_cells (left out of the pool),
+    margin (nan but on "about equal" claims) and min_effect (nan on "about equal" claims).
     """
     done = runs[runs["status"] == "complete"] if "status" in runs else runs
     if done.empty:
@@ -322,8 +378,7 @@ def claims_table(runs: pd.DataFrame, claims: Sequence[Claim] = CLAIMS, rules: Ru
     several = bool(keys) and done[keys].drop_duplicates().shape[0] > 1
     for key, group in groups:
         setting = ", ".join(str(v) for v in (key if isinstance(key, tuple) else (key,)))
-        for row in _setting_claims(group, claims, rules):
-            row.pop("no_margin", None)
+        for row in _setting_claims(group, claims, rules, evals):
             row.pop("testable", None)
             rows.append({**({"setting": setting} if several else {}), **row})
     if not rows:
@@ -365,41 +420,55 @@ def _unit(metric: str) -> str:
     return " tok" if in_tokens(metric) else ""
 
 
+def _sd(value: float, metric: str) -> str:
+    return "n/a" if math.isnan(value) else _num(value, metric, False, _digits([value], metric))
+
+
 def _notes(table: pd.DataFrame) -> list[str]:
-    """The lines under a setting's table: how the intervals were formed, the multiplicity and the margin."""
+    """The lines under a setting's table: how the intervals were formed (the seeds' SD, the floor and which of them
+    the intervals use), the multiplicity, the minimum effects and the margin."""
     first = table.iloc[0]
     pools = []
     for (metric, measure), rows in table.groupby(["metric", "measure"], sort=False):
         r = rows.iloc[0]
         what = f"{'the change in ' if measure == 'change' else 'final '}{metric}"
-        sd = "n/a" if math.isnan(r["pooled_sd"]) else _num(r["pooled_sd"], metric, False, _digits([r["pooled_sd"]],
-                                                                                                metric))
         unit = "tokens" if in_tokens(metric) else "points"
-        pools.append(f"{sd} {unit} on {what} (df {int(r['pooled_df'])})")
+        if math.isnan(r["eval_floor"]):
+            floor = "no evaluation floor (the runs' eval rows were not read)"
+        else:
+            used = "used" if r["eval_floor"] > r["seed_sd"] else "below it"
+            floor = f"evaluation floor {_sd(r['eval_floor'], metric)}, {used}"
+        pools.append(f"{_sd(r['pooled_sd'], metric)} {unit} on {what} (seeds {_sd(r['seed_sd'], metric)}, df "
+                     f"{int(r['pooled_df'])}; {floor})")
     which = "every experiment but the untrained MoA" if first["untrained_cells"] else "every cell of the grid"
     lines = [f"Intervals: Student's t with the seeds' SD pooled over the {int(first['pooled_cells'])} trained cells "
-             f"({which}): {'; '.join(pools)}. Welch's interval, from the two cells' own seeds alone, is shown "
-             "beside it.",
-             f"Multiplicity: {int(first['claims'])} claims put to this task; the family-wise interval is at "
-             f"1 - {1 - first['level']:.2f}/{int(first['claims'])} = {_pct(first['fw_level'])} (Bonferroni), so "
-             f"all {int(first['claims'])} hold together at {_pct(first['level'])}."]
-    margins = table[table["metric"] == table["margin_metric"]]
-    if not margins.empty and (table["direction"] == "similar").any():  # the margin judges "about equal" only
-        r = margins.iloc[0]
-        gain = f"{r['reference']}'s gain in {r['margin_metric']} from before training to after"
-        if math.isnan(r["margin"]):
-            effect = "none" if math.isnan(r["rl_effect"]) else f"{100 * r['rl_effect']:+.1f} points"
-            lines.append(f"About equal: no margin ({gain}: {effect}).")
-        else:
-            share = "half" if r["fraction"] == 0.5 else f"{r['fraction']:g} x"
-            lines.append(f"About equal: within ±{100 * r['margin']:.1f} points, {share} of {gain} "
-                         f"({100 * r['rl_effect']:.1f} points, mean over seeds).")
+             f"({which}), never below the largest evaluation-sampling SD of one pooled run: {'; '.join(pools)}. "
+             "Welch's interval, from the two cells' own seeds alone, is shown beside it."]
+    k, after = int(first["claims"]), int((table["written"] != "before").sum())
+    if k:
+        lines.append(f"Multiplicity: {k} claims written before their runs put to this task; the family-wise "
+                     f"interval is at 1 - {1 - first['level']:.2f}/{k} = {_pct(first['fw_level'])} (Bonferroni), "
+                     f"so all {k} hold together at {_pct(first['level'])}.")
+    if after:
+        lines.append(f"Written after their runs: {after} claim(s), shown as descriptions with their "
+                     f"{_pct(first['level'])} interval and no verdict.")
+    tested = table[(table["written"] == "before") & (table["direction"] != "similar")]
+    effects = {m: e for m, e in zip(tested["metric"], tested["min_effect"])}
+    if effects:
+        said = "; ".join(f"{_sd(e, m)} {'tokens' if in_tokens(m) else 'points'} on {m}" for m, e in effects.items())
+        lines.append(f"Minimum effect (analysis/claims.yaml): a directional claim holds only when its interval lies "
+                     f"beyond it on the claimed side: {said}.")
+    similar = table[(table["written"] == "before") & (table["direction"] == "similar")]
+    for metric, margin in dict(zip(similar["metric"], similar["margin"])).items():
+        lines.append(f"About equal: within ±{_sd(margin, metric)} {'tokens' if in_tokens(metric) else 'points'} "
+                     f"on {metric}, fixed in analysis/claims.yaml." if not math.isnan(margin)
+                     else f"About equal: no margin fixed for {metric}.")
     return lines
 
 
 def claims_markdown(table: pd.DataFrame) -> str:
     """The claims as a Markdown table per setting, accuracies in points, lengths in tokens, with the intervals'
-    rules, the multiplicity and the margin in lines under it."""
+    rules, the multiplicity, the minimum effects and the margin in lines under it."""
     if table.empty:
         return "(no claim has both of its cells among the runs)\n"
     parts = []
@@ -408,8 +477,9 @@ def claims_markdown(table: pd.DataFrame) -> str:
         fw = _pct(rows.iloc[0]["fw_level"])
         level = _pct(rows.iloc[0]["level"])
         lines = [f"**{setting}**\n"] if setting is not None else []
-        lines += [f"| claim | cells | seeds | means | difference [{level} CI, pooled] | verdict | Welch {level} CI | "
-                  f"family-wise [{fw} CI] | family-wise verdict |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| claim | written | cells | seeds | means | difference [{level} CI, pooled] | verdict | "
+                  f"Welch {level} CI | family-wise [{fw} CI] | family-wise verdict |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in rows.iterrows():
             m, unit = r["metric"], _unit(r["metric"])
             change = r["measure"] == "change"
@@ -421,11 +491,13 @@ def claims_markdown(table: pd.DataFrame) -> str:
                 return _num(r[column], m, signed, digits)
 
             means = f"{'change ' if change else ''}{num('left_mean', change)} vs {num('right_mean', change)}{unit}"
+            # a description is in no family: no family-wise interval or verdict
+            family = ("- | - |" if r["written"] != "before" else
+                      f"[{num('fw_low')}, {num('fw_high')}]{unit} | {r['fw_verdict']} |")
             lines.append(
-                f"| {r['claim']} | {r['left']} vs {r['right']} | {r['seeds']} | {means} | "
+                f"| {r['claim']} | {r['written']} | {r['left']} vs {r['right']} | {r['seeds']} | {means} | "
                 f"{num('difference')} [{num('ci_low')}, {num('ci_high')}]{unit} | {r['verdict']} | "
-                f"[{num('welch_low')}, {num('welch_high')}]{unit} | [{num('fw_low')}, {num('fw_high')}]{unit} | "
-                f"{r['fw_verdict']} |")
+                f"[{num('welch_low')}, {num('welch_high')}]{unit} | {family}")
         lines += [""] + [f"- {note}" for note in _notes(rows)]
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
