@@ -169,7 +169,7 @@ def _markdown(sweep: Path) -> tuple[str, str, str]:
 
     data = load_runs(sweep)
     results = results_table(data)
-    claims = claims_table(data.runs)
+    claims = claims_table(data.runs, evals=data.evals)
     return (to_markdown(results, _caption(data)),
             claims_markdown(claims) if not claims.empty else "No claim of analysis/claims.yaml has both of its "
             "cells in this sweep.",

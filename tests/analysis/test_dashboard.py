@@ -93,6 +93,8 @@ def test_the_definition_validates_and_groups_by_cell_with_a_band_over_seeds(swee
     assert drawn <= _history_keys(sweep)
     # the tables of results and claims are in the report as text
     assert "claims" in text.lower() and "competitive" in text
+    # the claims' intervals have the evaluation floor under their pooled SD, as make figures's claims.md does
+    assert "no evaluation floor" not in text
     assert "The recap diagnostic and cross-play, per cell" in text  # diagnostic.md, the sweep ran eval.diagnostic
 
 
