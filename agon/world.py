@@ -113,7 +113,8 @@ WRONG_RECAPS = 0.3
 
 def _warm_start_texts(task, pool, n: int, rng: random.Random, tokenizer) -> list[tuple[str, str]]:
     """(prompt, completion) pairs: half plain problems, half challenges with a rival's recap (``WRONG_RECAPS`` of
-    them wrong, or the task's ``warm_start_wrong_recaps``), answered as the task's ``warm_start_challenge`` says."""
+    them wrong, or the task's ``warm_start_wrong_recaps``), answered as the task's ``warm_start_challenge`` says, or
+    both recap and answer from its ``warm_start_pair`` where it has one (target sum)."""
     wrong_share = float(task.cfg.get("warm_start_wrong_recaps", WRONG_RECAPS))
     out = []
     for _ in range(n):
@@ -121,9 +122,12 @@ def _warm_start_texts(task, pool, n: int, rng: random.Random, tokenizer) -> list
         message, target = task.user_message(problem), None
         if rng.random() < 0.5:
             wrong = rng.random() < wrong_share
-            rival = task.worked_solution(problem, rng if wrong else None)
-            message = task.challenge_message(problem, task.recap(rival))
-            target = task.warm_start_challenge(problem, wrong, rng)
+            if hasattr(task, "warm_start_pair"):  # its answer checks the recap, so the task draws the two together
+                recap, target = task.warm_start_pair(problem, wrong, rng)
+            else:
+                recap = task.recap(task.worked_solution(problem, rng if wrong else None))
+                target = task.warm_start_challenge(problem, wrong, rng)
+            message = task.challenge_message(problem, recap)
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
                                                add_generation_prompt=True)
         out.append((prompt, (target or task.worked_solution(problem)) + tokenizer.eos_token))
@@ -207,7 +211,9 @@ def world_key(model_cfg: Any, task_cfg: Any) -> str:
     if task_cfg.kind == "arithmetic":  # the key of every world built before other families had worlds of their own
         task = {k: task_cfg[k] for k in ARITHMETIC_KEYS}
     elif task_cfg.kind == "target_sum":
-        task = {"kind": task_cfg.kind, **{k: task_cfg[k] for k in TARGET_SUM_KEYS}}
+        from agon.tasks.target_sum import WARM_START_DESIGN
+
+        task = {"kind": task_cfg.kind, "design": WARM_START_DESIGN, **{k: task_cfg[k] for k in TARGET_SUM_KEYS}}
     else:
         from agon.tasks.reasoning_gym import dataset_kwargs
 

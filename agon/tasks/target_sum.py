@@ -9,24 +9,40 @@ depth-first search over the gaps, ``+`` before ``-``, one step per node::
 The reasoning block holds the search; the recap after it holds the found chain's steps but the last, and the box
 holds the chain.
 
-Why this task (the offline testbed where a rival's recap can matter): **checking is cheaper than solving.** Finding
-a chain is a search over 2^(n-1) sign patterns (up to 2^n - 2 steps with shared prefixes); checking one is n - 1
-additions and a comparison. A challenger handed a right recap needs one step (the last sign); handed a wrong one (a
-chain that cannot reach the target), one step shows it, and only then must it search. Arithmetic chains (the other
-offline task) do not have this: re-doing a step costs what checking it does.
+Why this task (the offline testbed where a rival's recap can matter): it is built so that checking a recap can be
+cheaper than solving. Finding a chain is a search over 2^(n-1) sign patterns (up to 2^n - 2 steps with shared
+prefixes); a recap states a prefix (every sign but the last), and the leaf test of the last gap (``acc+x``, then
+``acc-x``) either finishes it or shows it is a dead end, in one or two steps. Whether a model finds the check
+cheaper is measured (``tools/target_sum_gate.py``), not assumed: the first base, warm-started without it, picked
+the last sign after a live recap at chance.
 
-The warm start never shows the challenger a wrong recap (``warm_start_wrong_recaps``, 0 here): it reads right
-recaps only, and half the time it reuses one (re-deriving the chain it states and adding the last step), half the
-time it searches from scratch (``warm_start_reuse``). Which to do given the recap is what RL must teach; a warm
-start with wrong recaps and the right chain as the target (the arithmetic world's) would teach it up front.
+What the warm start teaches a challenger (``warm_start_pair``), by the kind of recap it reads:
+
+- **right** (the drafter's found chain's recap): reuse it. The trace is the leaf test below the recap's prefix, the
+  same test the drafter's search does (``5+2=7``; ``5+2=7;5-2=3`` where the target is 3), so the last sign is chosen
+  by computing, then the recap and the finished chain.
+- **dead end** (a wrong chain's recap from which no sign pattern for the remaining gaps reaches the target): the
+  leaf test shows it (both leaves miss), then the search from scratch, the drafter's own text.
+- **extendable** (a wrong chain's recap that another sign still finishes: the draft erred in its last sign): the same
+  answer as after a right recap, the leaf test picking the other sign. Only another right chain's prefix differs
+  from the right recap as text, so where a problem has none the dead end is shown instead.
+
+``warm_start_wrong_recaps`` (0.3) of the challenges read a wrong recap, half of them the extendable kind where the
+problem has one (about one 4-operand problem in five does), so about 27% dead ends and 3% extendable; the rest read
+a right one (``warm_start_reuse``, 1.0: always reused; below 1 the rest search from scratch, the first design).
+Right recaps stay the majority because choosing the last sign is what the first base could not do; dead ends are
+shown often enough to teach the switch from checking to searching, while the search after it is only as good as a
+solo draft, which is what RL is left to improve (with the drafter's own search).
 
 Left out on purpose: countdown's other operations and free order. Multiplication alone walls off a model this
 size (reasoning-gym's products start near 20% after a long warm start), and free order makes the search
-factorial, which no short trace holds.
+factorial, which no short trace holds. Skipping the refuted subtree in the search after a dead end: it would save
+two steps, and a search that is the drafter's own text is one skill instead of two.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from functools import cached_property
@@ -36,6 +52,12 @@ from agon.tasks import Problem, Task, Verdict, register_task
 from agon.tasks.text import BOX, THINK_CLOSE, THINK_OPEN, boxed_answers, visible_text
 
 CHAIN = re.compile(r"\d+(?:[+-]\d+)*")
+# the warm start's design, part of the world key (agon.world): the shares are keys, the texts are code, and a cache
+# built by another design must not load (1: reuse half the right recaps, no wrong ones; 2: check every recap)
+WARM_START_DESIGN = 2
+# share of the warm start's wrong recaps that are extendable where the problem has one (else a dead end): half, so
+# the check's other outcome (the leaf test picking the sign the draft missed) is shown beside the refutation
+EXTENDABLE_SHARE = 0.5
 
 
 def parse(question: str) -> tuple[list[int], int]:
@@ -66,9 +88,12 @@ def chain_steps(signs: Sequence[str], operands: Sequence[int]) -> list[str]:
     return steps
 
 
-def search(operands: Sequence[int], target: int, stop_at: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+def search(operands: Sequence[int], target: int, stop_at: Sequence[str] | None = None,
+           prefix: Sequence[str] = ()) -> tuple[list[str], list[str] | None]:
     """(trace, signs): the depth-first search's steps, ``+`` before ``-``, up to the first chain that reaches
-    ``target`` (or, given ``stop_at``, up to that chain whatever its value: a search that stopped too early)."""
+    ``target`` (or, given ``stop_at``, up to that chain whatever its value: a search that stopped too early).
+    ``prefix``: the search below those first signs only (the check of a recap), signs None where nothing below them
+    reaches the target; the whole search raises instead, since every problem drawn here has a chain."""
     trace: list[str] = []
     n = len(operands) - 1
 
@@ -85,10 +110,20 @@ def search(operands: Sequence[int], target: int, stop_at: Sequence[str] | None =
                 return found
         return None
 
-    found = walk(operands[0], [])
-    if found is None:
+    found = walk(chain_value(prefix, operands), list(prefix))
+    if found is None and not prefix:
         raise ValueError(f"no sign pattern of {operands} reaches {target}")
     return trace, found
+
+
+def live(operands: Sequence[int], target: int, prefix: Sequence[str]) -> bool:
+    """Whether some signs for the gaps after ``prefix`` reach ``target`` (else the prefix is a dead end)."""
+    return search(operands, target, prefix=prefix)[1] is not None
+
+
+def recap_text(prefix: Sequence[str], operands: Sequence[int]) -> str:
+    """The recap of any chain whose signs begin with ``prefix`` (one sign short of the chain): the prefix's steps."""
+    return ";".join(chain_steps(prefix, operands))
 
 
 def completion(trace: Sequence[str], signs: Sequence[str], operands: Sequence[int]) -> str:
@@ -150,15 +185,44 @@ class TargetSumTask(Task):
         trace, signs = search(operands, target, stop_at)
         return completion(trace, signs, operands)
 
-    def warm_start_challenge(self, problem: Problem, rival_wrong: bool, rng: random.Random) -> str:
-        """What the warm start teaches a challenger to write after a rival's recap: after a right one, with
-        probability ``warm_start_reuse`` the recap's chain re-derived and finished (the recap reused), else the
-        search from scratch; after a wrong one (only with ``warm_start_wrong_recaps``), the search."""
-        if rival_wrong or rng.random() >= self.cfg.warm_start_reuse:
-            return self.worked_solution(problem)
+    def recap_kinds(self, problem: Problem) -> dict[str, list[tuple[str, ...]]]:
+        """The prefixes a recap of this problem can state (every sign but the last), by kind: ``right`` (the
+        worked solution's), ``extendable`` (another prefix that a last sign still finishes: a wrong chain's recap
+        when that chain erred in its last sign, its text never the right recap's) and ``dead_end`` (no last sign
+        reaches the target)."""
         operands, target = parse(problem.question)
-        signs = search(operands, target)[1]
-        return completion(chain_steps(signs, operands), signs, operands)
+        right = tuple(search(operands, target)[1][:-1])
+        kinds: dict[str, list[tuple[str, ...]]] = {"right": [right], "extendable": [], "dead_end": []}
+        for prefix in itertools.product("+-", repeat=len(operands) - 2):
+            if prefix != right:
+                kinds["extendable" if live(operands, target, prefix) else "dead_end"].append(prefix)
+        return kinds
+
+    def answer_recap(self, problem: Problem, prefix: Sequence[str]) -> str:
+        """The challenger's answer to a recap stating ``prefix``: the search below it (the leaf test of the last
+        gap where the recap is one sign short) and, where it finishes the chain, the recap reused and the chain
+        boxed; where it shows a dead end, the search from scratch after it and its chain."""
+        operands, target = parse(problem.question)
+        check, signs = search(operands, target, prefix=prefix)
+        if signs is not None:
+            return completion(check, signs, operands)
+        trace, signs = search(operands, target)
+        return completion(check + trace, signs, operands)
+
+    def warm_start_pair(self, problem: Problem, rival_wrong: bool, rng: random.Random) -> tuple[str, str]:
+        """(recap, answer) for one of the warm start's challenges (``agon.world``): after a right recap its reuse
+        (``warm_start_reuse`` of the time, else the search from scratch); after a wrong one, an extendable recap
+        (half the time, where the problem has one) or a dead end, answered by ``answer_recap``. The module's
+        docstring says why these shares."""
+        kinds = self.recap_kinds(problem)
+        prefix = kinds["right"][0]
+        if rival_wrong:
+            extend = rng.random() < EXTENDABLE_SHARE
+            prefix = rng.choice(kinds["extendable"] if extend and kinds["extendable"] else kinds["dead_end"]
+                                or kinds["extendable"] or [prefix])
+        elif rng.random() >= self.cfg.warm_start_reuse:
+            return recap_text(prefix, parse(problem.question)[0]), self.worked_solution(problem)
+        return recap_text(prefix, parse(problem.question)[0]), self.answer_recap(problem, prefix)
 
     def verify(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Verdict]:
         out = []

@@ -11,7 +11,7 @@ import pytest
 from agon.checks import compose_config, validate
 from agon.config import ConfigError
 from agon.tasks import Problem, build_task
-from agon.tasks.target_sum import chain_value, parse, search
+from agon.tasks.target_sum import chain_value, parse, recap_text, search
 
 
 @pytest.fixture(scope="module")
@@ -116,34 +116,94 @@ def test_search_refuses_an_unreachable_target():
 
 
 def test_the_warm_start_challenge_reuses_a_right_recap_or_searches(task):
-    """Reuse re-derives the chain the recap states and adds the last step: n - 1 steps, not the search."""
+    """After a right recap the answer is the leaf test of the last gap, the recap reused and the chain boxed: the
+    sign is chosen by computing, + first as in the search. warm_start_reuse below 1 searches from scratch instead."""
     p = _problem("9?8?7?3=-3")
-    reuse = "<think>9-8=1;1-7=-6;-6+3=-3</think>9-8=1;1-7=-6\\boxed{9-8-7+3}"
-    seen = {task.warm_start_challenge(p, False, random.Random(seed)) for seed in range(40)}
+    reuse = "<think>-6+3=-3</think>9-8=1;1-7=-6\\boxed{9-8-7+3}"
+    assert task.recap_kinds(p)["right"] == [("-", "-")]
+    assert task.answer_recap(p, ("-", "-")) == reuse
+    assert {task.warm_start_pair(p, False, random.Random(seed)) for seed in range(20)} == {("9-8=1;1-7=-6", reuse)}
+    # the leaf test's + misses, its - hits: both leaves are written
+    q = _problem("2?1?1=2")
+    assert task.answer_recap(q, ("+",)) == "<think>3+1=4;3-1=2</think>2+1=3\\boxed{2+1-1}"
+    half = build_task(compose_config(["task=target_sum", "task.warm_start_reuse=0.5"]).task)
+    seen = {half.warm_start_pair(p, False, random.Random(s))[1] for s in range(40)}
     assert seen == {reuse, task.worked_solution(p)}
-    # after a wrong recap (only when the warm start shows any): the search, never a reuse
-    assert {task.warm_start_challenge(p, True, random.Random(seed)) for seed in range(40)} == {task.worked_solution(p)}
-    always = build_task(compose_config(["task=target_sum", "task.warm_start_reuse=1.0"]).task)
-    assert {always.warm_start_challenge(p, False, random.Random(s)) for s in range(10)} == {reuse}
+
+
+def test_a_dead_end_recap_is_refuted_by_the_leaf_test_then_searched(task):
+    """9+8+7 leaves 24, and neither 24+3 nor 24-3 is -3: the two leaves show it, then the search from scratch
+    (the drafter's own text) finds the chain; the recap and box are the found chain's, not the rival's."""
+    p = _problem("9?8?7?3=-3")
+    assert task.recap_kinds(p)["dead_end"] == [("+", "+"), ("+", "-"), ("-", "+")]
+    assert task.recap_kinds(p)["extendable"] == []
+    text = task.answer_recap(p, ("+", "+"))
+    assert text == "<think>24+3=27;24-3=21;" + task.worked_solution(p).removeprefix("<think>")
+    assert task.verify([p], [text])[0].correct and task.recap(text) == "9-8=1;1-7=-6"
+
+
+def test_an_extendable_recap_is_finished_with_the_sign_the_leaf_test_picks(task):
+    """7?3?5?2=7: the search finds 7+3-5+2 (prefix +-); 7-3+5 (a draft that ended -3+5+2=11, wrong in its last
+    sign) is extendable: 9+2 misses, 9-2 hits, and the answer reuses that recap rather than the search's chain."""
+    p = _problem("7?3?5?2=7")
+    kinds = task.recap_kinds(p)
+    assert kinds["right"] == [("+", "-")] and kinds["extendable"] == [("-", "+")]
+    assert kinds["dead_end"] == [("+", "+"), ("-", "-")]
+    text = task.answer_recap(p, ("-", "+"))
+    assert text == "<think>9+2=11;9-2=7</think>7-3=4;4+5=9\\boxed{7-3+5-2}"
+    assert task.verify([p], [text])[0].correct
+    # a wrong recap is the extendable one half the time, the dead ends the rest
+    drawn = {task.warm_start_pair(p, True, random.Random(s))[0] for s in range(40)}
+    assert drawn == {"7-3=4;4+5=9", "7+3=10;10+5=15", "7-3=4;4-5=-1"}
+
+
+def test_every_warm_start_answer_is_right_and_fits_the_token_budget():
+    """Over 4-operand problems, every kind of recap: the answer grades right, its recap is the recap it read where
+    that was live, and it fits experiment=target_sum's max_new_tokens with the end of turn (the longest, a dead
+    end's check and search, is 152 tokens of 160)."""
+    from agon.world import build_tokenizer
+
+    cfg = compose_config(["experiment=target_sum", "task.train_size=1500"])
+    t, tok = build_task(cfg.task), build_tokenizer()
+    texts = []
+    for p in t.train_problems():
+        operands = parse(p.question)[0]
+        for kind, prefixes in t.recap_kinds(p).items():
+            for prefix in prefixes:
+                text = t.answer_recap(p, prefix)
+                assert t.verify([p], [text])[0].correct, (p.id, prefix)
+                if kind != "dead_end":
+                    assert t.recap(text) == recap_text(prefix, operands)
+                texts.append(text + tok.eos_token)
+    longest = max(len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"])
+    assert 140 < longest <= cfg.trainer.max_new_tokens
 
 
 def test_the_warm_start_shows_no_wrong_recap_unless_asked():
-    """With warm_start_wrong_recaps=0 every challenge's recap is a right chain's; at 0.3 some are not."""
+    """With warm_start_wrong_recaps=0 every challenge's recap is a right chain's; at 0.3 (the default) about 27%
+    of them are dead ends and 3% extendable (the extendable kind exists on about one problem in five)."""
     from agon.world import _warm_start_texts, build_tokenizer
 
     tok = build_tokenizer()
-    for share, expect_wrong in ((0.0, False), (0.3, True)):
-        t = build_task(compose_config(["task=target_sum", "task.train_size=500",
+    for share in (0.0, 0.3):
+        t = build_task(compose_config(["experiment=target_sum", "task.train_size=500",
                                        f"task.warm_start_wrong_recaps={share}"]).task)
         pool = list(t.train_problems())
         by_id = {p.id: p for p in pool}
-        wrong = 0
-        for prompt, _ in _warm_start_texts(t, pool, 400, random.Random(0), tok):
+        seen = {"right": 0, "extendable": 0, "dead_end": 0}
+        for prompt, answer in _warm_start_texts(t, pool, 2000, random.Random(0), tok):
             body = prompt.split("<|im_start|>u")[1].split("<|im_end|>")[0]
             if "|" in body:
                 question, recap = body.split("|")
-                wrong += recap != t.recap(t.worked_solution(by_id[question]))
-        assert (wrong > 0) is expect_wrong, share
+                p, operands = by_id[question], parse(question)[0]
+                kind = next(k for k, v in t.recap_kinds(p).items() if recap in [recap_text(x, operands) for x in v])
+                seen[kind] += 1
+                assert t.verify([p], [answer.removesuffix(tok.eos_token)])[0].correct
+        challenges = sum(seen.values())
+        if share == 0:
+            assert seen["extendable"] == seen["dead_end"] == 0 < seen["right"]
+        else:
+            assert 0.23 < seen["dead_end"] / challenges < 0.31 and 0.01 < seen["extendable"] / challenges < 0.06
 
 
 def test_the_arithmetic_warm_start_data_did_not_move():
@@ -174,7 +234,22 @@ def test_the_world_is_its_own_and_every_key_moves_it():
     base = compose_config(["task=target_sum"])
     key = world_key(base.model, world_task_cfg(base.task))
     assert key != world_key(base.model, world_task_cfg(compose_config([]).task))
-    for override in ("task.max_operand=8", "task.warm_start_reuse=0.4", "task.warm_start_wrong_recaps=0.3",
+    for override in ("task.max_operand=8", "task.warm_start_reuse=0.4", "task.warm_start_wrong_recaps=0.2",
                      "task.min_terms=2", "task.train_size=1000"):
         cfg = compose_config(["task=target_sum", override])
         assert world_key(cfg.model, world_task_cfg(cfg.task)) != key, override
+    # the study's 4-operand world (experiment=target_sum, the shipped base) is not the task's 3-4 one
+    study = compose_config(["experiment=target_sum"])
+    assert world_key(study.model, world_task_cfg(study.task)) != key
+
+
+def test_a_new_warm_start_design_is_a_new_world(monkeypatch):
+    """The warm start's texts are code, not keys: its design number is part of the world key, so a cache built by
+    the first design (reuse half the right recaps, no wrong ones) is never loaded for the second."""
+    from agon.tasks import target_sum
+    from agon.world import world_key, world_task_cfg
+
+    cfg = compose_config(["experiment=target_sum"])
+    key = world_key(cfg.model, world_task_cfg(cfg.task))
+    monkeypatch.setattr(target_sum, "WARM_START_DESIGN", target_sum.WARM_START_DESIGN - 1)
+    assert world_key(cfg.model, world_task_cfg(cfg.task)) != key
