@@ -14,7 +14,8 @@ cheaper than solving. Finding a chain is a search over 2^(n-1) sign patterns (up
 prefixes); a recap states a prefix (every sign but the last), and the leaf test of the last gap (``acc+x``, then
 ``acc-x``) either finishes it or shows it is a dead end, in one or two steps. Whether a model finds the check
 cheaper is measured (``tools/target_sum_gate.py``), not assumed: the first base, warm-started without it, picked
-the last sign after a live recap at chance.
+the last sign after a live recap at chance, and the one this design warm-starts in 400 steps fails the gate too
+(right after a right recap 34% of the time: it does not stop where a leaf reaches the target; docs/tasks.md).
 
 What the warm start teaches a challenger (``warm_start_pair``), by the kind of recap it reads:
 

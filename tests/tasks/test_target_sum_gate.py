@@ -17,9 +17,12 @@ target_sum_gate = sys.modules[_spec.name] = importlib.util.module_from_spec(_spe
 _spec.loader.exec_module(target_sum_gate)
 CONDITIONS, share = target_sum_gate.CONDITIONS, target_sum_gate.share
 
-# the shipped base's gate on the first 20 held-out problems x 2 samples, seed 0: the share of right answers per
-# temperature and condition, as `python tools/target_sum_gate.py --problems 20 --samples 2` printed it
-SMALL = {"problems": 20, "samples": 2, "seed": 0, "by_temperature": None}
+# the shipped base's gate on the first 20 held-out problems x 1 sample, seed 0: the share of right answers per
+# temperature and condition, as `python tools/target_sum_gate.py --problems 20 --samples 1` wrote it (the base
+# fails the gate: docs/tasks.md)
+SMALL = {"problems": 20, "samples": 1, "seed": 0, "by_temperature": {
+    "1": {"right": 0.3, "dead_end": 0.0, "extendable": 0.5, "solo": 0.15, "cascade": 0.15},
+    "0.6": {"right": 0.25, "dead_end": 0.1, "extendable": 1.0, "solo": 0.25, "cascade": 0.25}}}
 
 
 def test_a_share_and_its_standard_error_are_over_problems():
@@ -52,17 +55,14 @@ def test_the_command_writes_its_numbers_and_fails_below_the_bar(tmp_path, monkey
 
 @pytest.mark.slow
 def test_the_shipped_base_gives_the_recorded_gate_numbers():
-    """The gate on the shipped base, first 20 held-out problems x 2 samples, both temperatures: the numbers the
-    command printed when the base was shipped (the same CPU kernels assumed: a rebuilt base, or another CPU's
-    rounding, moves them), and the right-recap bar met on this slice too."""
+    """The gate on the shipped base, first 20 held-out problems x 1 sample, both temperatures: the numbers the
+    command wrote when the base was shipped (the same CPU kernels assumed: a rebuilt base, or another CPU's
+    rounding, moves them). The bar is not asserted: this base fails it, and the test says what it gives."""
     from agon.checks import compose_config
     from agon.tasks import build_task
 
-    if SMALL["by_temperature"] is None:
-        pytest.skip("not recorded yet")
     cfg = compose_config(["experiment=target_sum", "model.device=cpu"])
     problems = list(build_task(cfg.task).heldout_problems())[: SMALL["problems"]]
     got = target_sum_gate.gate(cfg, problems, SMALL["samples"], [1.0, 0.6], SMALL["seed"], log=lambda *_: None)
     means = {t: {c: got[t][c]["mean"] for c in CONDITIONS} for t in got}
     assert means == SMALL["by_temperature"]
-    assert all(got[t]["right"]["mean"] >= 0.9 for t in got)
