@@ -93,8 +93,8 @@ class Rules:
     floor_fields: dict[str, str]
     # each claim's interval; the family-wise one is at 1 - (1 - level) / k
     level: float
-    # the experiment the figures compare against (GRPO)
-    reference: str = "grpo"
+    # the experiment the figures compare against (claims.yaml's ``reference``)
+    reference: str
 
 
 WRITTEN = ("before", "after")
@@ -116,7 +116,7 @@ def parse_claims(data: dict) -> tuple[tuple[Claim, ...], Rules]:
     rules = Rules(margins=_numbers(data["equivalence"], "equivalence"),
                   min_effects=_numbers(data["min_effect"], "min_effect"),
                   floor_fields=dict(data.get("floor") or {}), level=float(data["level"]),
-                  reference=str(data.get("reference", "grpo")))
+                  reference=str(data["reference"]))
     claims = tuple(Claim(**c) for c in data["claims"])
     for claim in claims:
         if claim.written not in WRITTEN:
