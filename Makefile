@@ -76,8 +76,12 @@ run-ddp: install ## the default job across NPROC processes (accelerate launch; N
 lint: install ## agon's import layers (import-linter contracts in pyproject.toml): no module imports a layer above its own
 	$(VENV)/bin/lint-imports --no-cache
 
-test: install lint ## run the fast test suite (CPU, no network), after the layer check
-	$(PY) -m pytest -q -m "not slow and not gpu and not vllm" $(ARGS)
+# pytest-xdist workers of `make test`: one per core, at most 4 (each holds torch and a few tiny models); whole files
+# go to one worker (--dist loadfile), so a module's shared fixtures are built once. TEST_WORKERS=0: no workers
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
+
+test: install lint ## run the fast test suite (CPU, no network), after the layer check, in TEST_WORKERS processes
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not gpu and not vllm" $(ARGS)
 
 test-full: install ## run every CPU test, slow end-to-end runs included (not the vLLM ones: make test-vllm)
 	$(PY) -m pytest -q -m "not gpu and not vllm" $(ARGS)
@@ -99,6 +103,9 @@ mutation: install ## mutation testing: the named wiring bugs must each fail the 
 
 bench: install ## ratios measured side by side, equal work: Agon vs GRPO step, agon vs TRL GRPO step, scoring memory
 	$(PY) -m agon.bench $(ARGS)
+
+target-sum-gate: install ## the target-sum base's gate before any RL run on it (docs/tasks.md); exit 1 when it fails
+	$(PY) tools/target_sum_gate.py $(ARGS)
 
 smoke-real: install ## a model's exact shape on CPU (MODEL=qwen3_0.6b; any conf/model with a shape): 2 Agon steps, one eval
 	$(PY) -m agon.smoke_real --model $(or $(MODEL),qwen3_0.6b) $(ARGS)
@@ -138,5 +145,5 @@ clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
 
 
 .PHONY: lint
-.PHONY: help install sandbox-deps vllm-install test-vllm bases lock run run-ddp test test-full sweep figures dashboard mutation bench smoke-real bench-gpu config clean
+.PHONY: help install sandbox-deps vllm-install test-vllm bases lock run run-ddp test test-full sweep figures dashboard mutation bench target-sum-gate smoke-real bench-gpu config clean
 .PHONY: gpu-wheels gpu-check-bare

@@ -136,11 +136,12 @@ class TargetSumTaskConfig(TaskConfig):
     # operands are drawn from [1, max_operand]
     max_operand: int = 9
     train_size: int = 100_000
-    # share of the warm start's challenges whose rival recap is wrong (with the right chain as the target): 0 leaves
-    # checking a recap to RL; the arithmetic world's warm start uses 0.3
-    warm_start_wrong_recaps: float = 0.0
-    # share of the warm start's challenges (right recaps) answered by reusing the recap, the rest by a new search
-    warm_start_reuse: float = 0.5
+    # share of the warm start's challenges whose rival recap is wrong: dead ends (refuted by the leaf test, then
+    # searched) and extendable ones (finished with the sign the leaf test picks); conf/task/target_sum.yaml says why
+    warm_start_wrong_recaps: float = 0.3
+    # share of the right-recap challenges answered by reusing the recap (the leaf test of the last gap), the rest by
+    # a search from scratch
+    warm_start_reuse: float = 1.0
 
 
 @dataclass

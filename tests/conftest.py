@@ -31,7 +31,13 @@ CONF = agon.config.CONF_DIR
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-torch.set_num_threads(2)
+# torch threads: two (what the tests were measured with), or the cores' share when pytest-xdist runs the suite in
+# several workers (make test: two workers on two cores get one thread each, rather than four threads fighting over
+# two cores); the processes the tests launch (agon.run, its workers) inherit the share through OMP_NUM_THREADS
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, min(2, (os.cpu_count() or 1) // WORKERS))
+os.environ["OMP_NUM_THREADS"] = str(THREADS)
+torch.set_num_threads(THREADS)
 
 # a shape that trains in milliseconds; every fast test uses it
 TINY = [
