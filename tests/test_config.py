@@ -3,6 +3,8 @@ model loads."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import itertools
 import re
 from pathlib import Path
@@ -183,11 +185,20 @@ def _assert_cell(cfg: DictConfig, cell: Sequence[str], name: str | None) -> None
             assert str(OmegaConf.select(cfg, key)) == value, (name, key, value)
 
 
+@functools.cache
+def _composed(name: str | None, cell: tuple[str, ...]) -> DictConfig:
+    """A cell of the sweep file ``name`` (None: a command line) composed once per session: several tests read
+    every cell of every grid, and composing them all takes tens of seconds. Read-only; ``_grid`` hands out copies."""
+    return compose_config(list(cell)) if name is None else _compose_sweep(SWEEPS, name, cell)
+
+
 def _grid(name: str | None) -> tuple[list[list[str]], Callable[[list[str]], DictConfig]]:
+    """(cells, compose) of the sweep file ``name`` (None: the README's 2x2 command); compose gives a fresh copy."""
     if name is None:
-        return _cells(CLI_GRID), compose_config
-    params = _compose_sweep(SWEEPS, name, hydra=True).hydra.sweeper.params
-    return _cells(dict(params)), lambda cell: _compose_sweep(SWEEPS, name, cell)
+        cells = _cells(CLI_GRID)
+    else:
+        cells = _cells(dict(_compose_sweep(SWEEPS, name, hydra=True).hydra.sweeper.params))
+    return cells, lambda cell: copy.deepcopy(_composed(name, tuple(cell)))
 
 
 # experiments that only the results sweeps use: the 2x2's other cells as named experiments, and the other tasks
@@ -394,11 +405,13 @@ def _documented_paper_commands() -> list[tuple[str, list[str]]]:
     return found
 
 
+@functools.cache
 def _paper_cells() -> list[tuple[str, list[str], Callable[[list[str]], DictConfig]]]:
     """(where, cell, compose) of every cell of every sweep file and documented command that names a paper preset."""
     out = []
+    compose_command = _grid(None)[1]
     for where, words in _documented_paper_commands():
-        out += [(where, cell, compose_config) for cell in _cells(dict(w.split("=", 1) for w in words))]
+        out += [(where, cell, compose_command) for cell in _cells(dict(w.split("=", 1) for w in words))]
     for name in GRIDS:
         cells, compose_cell = _grid(name)
         out += [(f"sweeps/{name}.yaml", cell, compose_cell) for cell in cells
