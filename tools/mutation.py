@@ -59,8 +59,10 @@ TESTS = {
                          "tests/test_trainer.py"],
     "agon/scoring.py": ["tests/test_scoring_ties.py", "tests/test_scoring.py", "tests/test_trainer.py"],
     "agon/families/__init__.py": ["tests/test_families_every_family.py", "tests/test_families.py"],
-    "agon/families/gemma4.py": ["tests/test_families_every_family.py", "tests/test_families.py"],
-    "agon/families/qwen3_5.py": ["tests/test_families_every_family.py", "tests/test_families.py"],
+    "agon/families/gemma4.py": ["tests/test_families_every_family.py", "tests/test_families.py",
+                                 "tests/test_smoke_cut.py"],
+    "agon/families/qwen3_5.py": ["tests/test_families_every_family.py", "tests/test_families.py",
+                                 "tests/test_smoke_cut.py"],
     "agon/latent.py": ["tests/test_latent_budgets.py", "tests/test_latent.py"],
     "agon/tune.py": ["tests/test_tune_space.py", "tests/test_tune.py"],
     "agon/tasks/target_sum.py": ["tests/test_splits.py", "tests/tasks/test_target_sum.py"],
@@ -676,6 +678,20 @@ NAMED = [
            "a resumed run's start metrics taken from the first evaluation row, at whatever step",
            'rows = [r for r in rows if r["train/step"] == 0 and "eval/accuracy" in r]',
            'rows = [r for r in rows if "eval/accuracy" in r]', tests=["tests/test_run_start_metrics.py"]),
+    # a cut to fewer layers that ignores the family's layer structure (make smoke-real --layers)
+    Mutant("qwen3_5_plain_cut", "agon/families/qwen3_5.py",
+           "Qwen3.5 cut to any depth: a cut can keep linear-attention layers only, and the cache has no attention layer",
+           "return list(range(period, SIZES[size][\"num_hidden_layers\"] + 1, period))",
+           "return list(range(1, SIZES[size][\"num_hidden_layers\"] + 1))", tests=["tests/test_smoke_cut.py"]),
+    Mutant("gemma4_cut_without_kv_owner", "agon/families/gemma4.py",
+           "Gemma 4 cut to one repeat where it shares KV: the reusing layers have no owning layer of their type",
+           'first = 2 * period if published["num_kv_shared_layers"] else period', "first = period",
+           tests=["tests/test_smoke_cut.py"]),
+    # claims: the pooled SD under one run's evaluation noise, and verdicts for claims written after their runs
+    Mutant("claims_no_eval_floor", "analysis/claims.py", "the pooled SD is never raised to the evaluation floor",
+           "sd = seed_sd if math.isnan(floor) or math.isnan(seed_sd) else max(seed_sd, floor)", "sd = seed_sd"),
+    Mutant("claims_after_judged", "analysis/claims.py", "claims written after their runs get verdicts",
+           'if row["written"] != "before":', "if False:"),
 ]
 
 # operator swaps: each site becomes exactly one mutant
