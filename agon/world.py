@@ -113,8 +113,8 @@ WRONG_RECAPS = 0.3
 
 def _warm_start_texts(task, pool, n: int, rng: random.Random, tokenizer) -> list[tuple[str, str]]:
     """(prompt, completion) pairs: half plain problems, half challenges with a rival's recap (``WRONG_RECAPS`` of
-    them wrong, or the task's ``warm_start_wrong_recaps``), answered as the task's ``warm_start_challenge`` says, or
-    both recap and answer from its ``warm_start_pair`` where it has one (target sum)."""
+    them wrong, or the task's ``warm_start_wrong_recaps``), recap and answer as the task's ``warm_start_pair`` draws
+    them."""
     wrong_share = float(task.cfg.get("warm_start_wrong_recaps", WRONG_RECAPS))
     out = []
     for _ in range(n):
@@ -122,11 +122,7 @@ def _warm_start_texts(task, pool, n: int, rng: random.Random, tokenizer) -> list
         message, target = task.user_message(problem), None
         if rng.random() < 0.5:
             wrong = rng.random() < wrong_share
-            if hasattr(task, "warm_start_pair"):  # its answer checks the recap, so the task draws the two together
-                recap, target = task.warm_start_pair(problem, wrong, rng)
-            else:
-                recap = task.recap(task.worked_solution(problem, rng if wrong else None))
-                target = task.warm_start_challenge(problem, wrong, rng)
+            recap, target = task.warm_start_pair(problem, wrong, rng)
             message = task.challenge_message(problem, recap)
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
                                                add_generation_prompt=True)

@@ -88,10 +88,11 @@ class Task(ABC):
         ``corrupt_rng``, a plausible wrong one (one step off, the error carried on). None: this family has none."""
         return None
 
-    def warm_start_challenge(self, problem: Problem, rival_wrong: bool, rng: Random) -> str | None:
-        """What the offline world's warm start teaches a challenger to write after a rival's recap (wrong or not):
-        by default the worked solution from scratch. A family may teach reusing a right recap instead."""
-        return self.worked_solution(problem)
+    def warm_start_pair(self, problem: Problem, rival_wrong: bool, rng: Random) -> tuple[str, str | None]:
+        """(rival's recap, answer) of one of the offline world's warm-start challenges: by default the recap of the
+        worked solution (of a plausible wrong one when ``rival_wrong``) and the worked solution from scratch. A task
+        whose answer checks the recap (target sum) draws the two together."""
+        return self.recap(self.worked_solution(problem, rng if rival_wrong else None)), self.worked_solution(problem)
 
     def close(self) -> None:
         """Release worker pools or sandboxes."""

@@ -129,7 +129,7 @@ def recap_text(prefix: Sequence[str], operands: Sequence[int]) -> str:
 
 def completion(trace: Sequence[str], signs: Sequence[str], operands: Sequence[int]) -> str:
     """``<think>trace</think>`` the chain's steps but the last, and the chain boxed."""
-    recap = ";".join(chain_steps(signs, operands)[:-1])
+    recap = recap_text(signs[:-1], operands)
     return f"{THINK_OPEN}{';'.join(trace)}{THINK_CLOSE}{recap}{BOX}{chain_text(signs, operands)}}}"
 
 
@@ -215,15 +215,15 @@ class TargetSumTask(Task):
         (``warm_start_reuse`` of the time, else the search from scratch); after a wrong one, an extendable recap
         (half the time, where the problem has one) or a dead end, answered by ``answer_recap``. The module's
         docstring says why these shares."""
-        kinds = self.recap_kinds(problem)
+        kinds, operands = self.recap_kinds(problem), parse(problem.question)[0]
         prefix = kinds["right"][0]
         if rival_wrong:
             extend = rng.random() < EXTENDABLE_SHARE
             prefix = rng.choice(kinds["extendable"] if extend and kinds["extendable"] else kinds["dead_end"]
                                 or kinds["extendable"] or [prefix])
         elif rng.random() >= self.cfg.warm_start_reuse:
-            return recap_text(prefix, parse(problem.question)[0]), self.worked_solution(problem)
-        return recap_text(prefix, parse(problem.question)[0]), self.answer_recap(problem, prefix)
+            return recap_text(prefix, operands), self.worked_solution(problem)
+        return recap_text(prefix, operands), self.answer_recap(problem, prefix)
 
     def verify(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Verdict]:
         out = []
