@@ -140,7 +140,7 @@ def _check_warm_start(task: Any) -> None:
         if not 2 <= task.min_terms <= task.max_terms:
             raise ConfigError(f"task.min_terms={task.min_terms} must be at least 2 and at most task.max_terms "
                               f"({task.max_terms})")
-        for key in ("warm_start_wrong_recaps", "warm_start_reuse"):
+        for key in ("warm_start_wrong_recaps", "warm_start_reuse", "warm_start_challenges"):
             if not 0 <= task[key] <= 1:
                 raise ConfigError(f"task.{key}={task[key]} must be a share between 0 and 1")
     if task.kind != "arithmetic":

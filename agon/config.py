@@ -56,6 +56,9 @@ class TinyWorldConfig:
     # cosine decay to zero; false keeps the peak rate (a base stopped mid-learning, as RL then finds it)
     warmup_cosine: bool = False
     warmup_seed: int = 0
+    # steps of the learning rate's linear ramp; null: a twentieth of warmup_steps. Fixed, a warm start of N steps is
+    # the first N steps of a longer one, so a scan's checkpoint is the base a build of that length makes
+    warmup_ramp_steps: Optional[int] = None
 
 
 @dataclass
@@ -142,6 +145,9 @@ class TargetSumTaskConfig(TaskConfig):
     # share of the right-recap challenges answered by reusing the recap (the leaf test of the last gap), the rest by
     # a search from scratch
     warm_start_reuse: float = 1.0
+    # share of the warm start's rows that are challenges (a rival's recap to answer), the rest plain problems
+    # answered by the search from scratch
+    warm_start_challenges: float = 0.5
 
 
 @dataclass

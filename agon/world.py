@@ -109,18 +109,21 @@ def build_model(tiny: Any, vocab_size: int, seed: int = 0):
 
 # share of the warm start's challenges whose rival recap is wrong, where the task has no ``warm_start_wrong_recaps``
 WRONG_RECAPS = 0.3
+# share of the warm start's rows that are challenges, where the task has no ``warm_start_challenges``
+CHALLENGES = 0.5
 
 
 def _warm_start_texts(task, pool, n: int, rng: random.Random, tokenizer) -> list[tuple[str, str]]:
-    """(prompt, completion) pairs: half plain problems, half challenges with a rival's recap (``WRONG_RECAPS`` of
-    them wrong, or the task's ``warm_start_wrong_recaps``), recap and answer as the task's ``warm_start_pair`` draws
-    them."""
+    """(prompt, completion) pairs: plain problems and challenges with a rival's recap (``CHALLENGES`` of the rows,
+    or the task's ``warm_start_challenges``; ``WRONG_RECAPS`` of those wrong, or the task's
+    ``warm_start_wrong_recaps``), recap and answer as the task's ``warm_start_pair`` draws them."""
     wrong_share = float(task.cfg.get("warm_start_wrong_recaps", WRONG_RECAPS))
+    challenge_share = float(task.cfg.get("warm_start_challenges", CHALLENGES))
     out = []
     for _ in range(n):
         problem = pool[rng.randrange(len(pool))]
         message, target = task.user_message(problem), None
-        if rng.random() < 0.5:
+        if rng.random() < challenge_share:
             wrong = rng.random() < wrong_share
             recap, target = task.warm_start_pair(problem, wrong, rng)
             message = task.challenge_message(problem, recap)
@@ -148,11 +151,14 @@ def supervised_loss(model, tokenizer, pairs: list[tuple[str, str]]) -> torch.Ten
     return model(input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device)).loss
 
 
-def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[str, float]:
+def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print,
+               on_step: Callable[[int, Any, float], None] | None = None) -> dict[str, float]:
     """Supervised training on worked solutions (loss on completion tokens only): a short linear ramp, then a
     constant rate (``warmup_cosine=false``, the default) or cosine decay. A constant rate stops the base while it is
     still learning arithmetic; measured here, RL then gained +9 points (GRPO) and +16 (Agon's cascade) in 40 steps,
-    where a cosine-annealed base (51% at the start) lost 4-9 points under the same GRPO."""
+    where a cosine-annealed base (51% at the start) lost 4-9 points under the same GRPO. ``on_step(steps done,
+    model, loss average)`` runs after every step (``tools/target_sum_scan.py`` reads checkpoints through it); the
+    model is put back in training mode after it."""
     from agon.tasks import build_task
 
     task = build_task(task_cfg)
@@ -163,7 +169,7 @@ def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[st
     rng = random.Random(tiny.warmup_seed)
     torch.manual_seed(tiny.warmup_seed)
     opt = torch.optim.AdamW(model.parameters(), lr=tiny.warmup_lr, weight_decay=0.01, betas=(0.9, 0.98))
-    ramp = max(1, tiny.warmup_steps // 20)
+    ramp = tiny.warmup_ramp_steps or max(1, tiny.warmup_steps // 20)
 
     def factor(s: int) -> float:
         decay = 0.5 * (1 + math.cos(math.pi * min(1.0, s / tiny.warmup_steps))) if tiny.warmup_cosine else 1.0
@@ -181,6 +187,9 @@ def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[st
         opt.step()
         sched.step()
         loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+        if on_step is not None:  # (steps done, the model, the loss's average): a scan's checkpoints
+            on_step(step + 1, model, loss_ema)
+            model.train()
         if step % 100 == 0 or step == tiny.warmup_steps - 1:
             log(f"[world] warm start step {step}/{tiny.warmup_steps} loss {loss_ema:.3f} ({time.time() - t0:.0f}s)")
     model.eval()
@@ -195,7 +204,8 @@ def warm_start(model, tokenizer, tiny: Any, task_cfg: Any, log=print) -> dict[st
 ARITHMETIC_KEYS = ("min_terms", "max_terms", "max_operand", "split_seed", "heldout_size", "challenge_template",
                   "instruction", "train_size")
 TARGET_SUM_KEYS = ("min_terms", "max_terms", "max_operand", "split_seed", "heldout_size", "challenge_template",
-                   "instruction", "train_size", "warm_start_wrong_recaps", "warm_start_reuse")
+                   "instruction", "train_size", "warm_start_wrong_recaps", "warm_start_reuse",
+                   "warm_start_challenges")
 REASONING_GYM_KEYS = ("name", "train_size", "split_seed", "heldout_size", "challenge_template", "instruction",
                       "system_prompt")
 
@@ -215,6 +225,8 @@ def world_key(model_cfg: Any, task_cfg: Any) -> str:
 
         task = {"kind": task_cfg.kind, **{k: task_cfg[k] for k in REASONING_GYM_KEYS},
                 "dataset": dataset_kwargs(task_cfg)}
+    if tiny.get("warmup_ramp_steps") is None:  # unset: the key of every world built before the key existed
+        tiny.pop("warmup_ramp_steps", None)
     blob = json.dumps({"v": WORLD_VERSION, "tiny": tiny, "task": task}, sort_keys=True, default=list)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -339,9 +351,14 @@ def ensure_world(model_cfg: Any, task_cfg: Any = None, log=print) -> Path:
         tokenizer = build_tokenizer()
         model = build_model(model_cfg.tiny, len(tokenizer), seed=model_cfg.tiny.warmup_seed)
         stats = warm_start(model, tokenizer, model_cfg.tiny, task_cfg, log=log)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        # world.json is written last: its presence marks a complete model
-        (tmp / "world.json").write_text(json.dumps({"key": final.name, "version": WORLD_VERSION, **stats}))
+        save_world(model, tokenizer, tmp, final.name, stats)
 
     return build_once(final, build, "world.json", log, what="the offline model (one-time warm start)")
+
+
+def save_world(model, tokenizer, directory: Path, name: str, stats: dict[str, float]) -> None:
+    """A warm-started model as a world directory ``name`` (``tiny-<key>``): weights, tokenizer, and ``world.json``
+    written last, since its presence marks a complete model."""
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    (directory / "world.json").write_text(json.dumps({"key": name, "version": WORLD_VERSION, **stats}))

@@ -105,6 +105,8 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "model.tiny.warmup_lr": (_WARM_START,),
     "model.tiny.warmup_cosine": (_WARM_START,),
     "model.tiny.warmup_seed": (_WARM_START,),
+    "model.tiny.warmup_ramp_steps": (
+        "tests/tasks/test_target_sum_scan.py::test_a_saved_checkpoint_is_the_base_a_build_of_that_length_makes",),
     # -- task: every family's
     "task.kind": (f"{SETTINGS}::test_task_kind_picks_the_task_family_a_run_builds",),
     # reasoning-gym's dataset; for the other families a label only
@@ -137,6 +139,7 @@ COMPUTED: dict[str, tuple[str, ...]] = {
         f"{TARGET_SUM}::test_the_warm_start_shows_no_wrong_recap_unless_asked",),
     "task.target_sum.warm_start_reuse": (
         f"{TARGET_SUM}::test_the_warm_start_challenge_reuses_a_right_recap_or_searches",),
+    "task.target_sum.warm_start_challenges": (f"{TARGET_SUM}::test_the_share_of_challenge_rows_is_a_key",),
     "task.reasoning_gym.dataset_args": (_RG_PROBLEMS,),
     "task.reasoning_gym.train_size": (_RG_PROBLEMS,),
     "task.reasoning_gym.dataset_defaults": (f"{REASONING_GYM}::test_other_datasets_by_name",),

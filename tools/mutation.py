@@ -692,6 +692,18 @@ NAMED = [
            "sd = seed_sd if math.isnan(floor) or math.isnan(seed_sd) else max(seed_sd, floor)", "sd = seed_sd"),
     Mutant("claims_after_judged", "analysis/claims.py", "claims written after their runs get verdicts",
            'if row["written"] != "before":', "if False:"),
+    # the target-sum base's design (issue 41): the share of challenge rows, and the fixed ramp that makes a scan's
+    # checkpoint the base a build makes
+    Mutant("warm_start_challenges_ignored", "agon/world.py",
+           "task.warm_start_challenges ignored: half the warm start's rows are challenges whatever it says",
+           "if rng.random() < challenge_share:", "if rng.random() < 0.5:",
+           tests=["tests/tasks/test_target_sum.py::test_the_share_of_challenge_rows_is_a_key"]),
+    Mutant("warm_start_ramp_unfixed", "agon/world.py",
+           "model.tiny.warmup_ramp_steps ignored: the ramp is always a twentieth of the warm start",
+           "ramp = tiny.warmup_ramp_steps or max(1, tiny.warmup_steps // 20)",
+           "ramp = max(1, tiny.warmup_steps // 20)",
+           tests=["tests/tasks/test_target_sum_scan.py::"
+                  "test_a_saved_checkpoint_is_the_base_a_build_of_that_length_makes"]),
 ]
 
 # operator swaps: each site becomes exactly one mutant

@@ -206,6 +206,21 @@ def test_the_warm_start_shows_no_wrong_recap_unless_asked():
             assert 0.23 < seen["dead_end"] / challenges < 0.31 and 0.01 < seen["extendable"] / challenges < 0.06
 
 
+def test_the_share_of_challenge_rows_is_a_key():
+    """task.warm_start_challenges is the share of the warm start's rows that read a rival's recap: 0 gives plain
+    problems only, 1 challenges only, and 0.85 about that share (over 2,000 rows: within 0.03)."""
+    from agon.world import _warm_start_texts, build_tokenizer
+
+    tok = build_tokenizer()
+    for share in (0.0, 0.85, 1.0):
+        t = build_task(compose_config(["experiment=target_sum", "task.train_size=300",
+                                       f"task.warm_start_challenges={share}"]).task)
+        pairs = _warm_start_texts(t, list(t.train_problems()), 2000, random.Random(0), tok)
+        bodies = [prompt.split("<|im_start|>u")[1].split("<|im_end|>")[0] for prompt, _ in pairs]
+        challenges = sum("|" in body for body in bodies) / len(pairs)
+        assert abs(challenges - share) < 0.03, (share, challenges)
+
+
 def test_the_arithmetic_warm_start_data_did_not_move():
     """The challenge hook and the wrong-recap share left the arithmetic world's warm-start stream as it was (so the
     shipped bases are what a rebuild makes): a hash of its first 256 pairs, recorded before the change."""
@@ -221,6 +236,7 @@ def test_the_arithmetic_warm_start_data_did_not_move():
     ("task.max_terms=2", "task.min_terms"),
     ("task.warm_start_wrong_recaps=1.5", "task.warm_start_wrong_recaps"),
     ("task.warm_start_reuse=-0.1", "task.warm_start_reuse"),
+    ("task.warm_start_challenges=1.2", "task.warm_start_challenges"),
 ])
 def test_bad_settings_name_their_key(override, key):
     cfg = compose_config(["task=target_sum", override])
@@ -235,7 +251,7 @@ def test_the_world_is_its_own_and_every_key_moves_it():
     key = world_key(base.model, world_task_cfg(base.task))
     assert key != world_key(base.model, world_task_cfg(compose_config([]).task))
     for override in ("task.max_operand=8", "task.warm_start_reuse=0.4", "task.warm_start_wrong_recaps=0.2",
-                     "task.min_terms=2", "task.train_size=1000"):
+                     "task.min_terms=2", "task.train_size=1000", "task.warm_start_challenges=0.9"):
         cfg = compose_config(["task=target_sum", override])
         assert world_key(cfg.model, world_task_cfg(cfg.task)) != key, override
     # the study's 4-operand world (experiment=target_sum, the shipped base) is not the task's 3-4 one
