@@ -12,6 +12,18 @@ or ``change`` (each run's value after training minus its value at the evaluation
 in the runs frame): a claim about what training does to a metric that differs between cells before training is
 judged on its change.
 
+A within-run claim (``cell:`` and ``than:`` in place of ``left`` and ``right``) compares one cell's mean over its
+runs with a fixed number, on a metric each run measures against itself in one evaluation (``paired/...``, from the
+runs' eval rows by ``analysis.paired``: the cascade's accuracy minus its drafters' own, conversion after two kinds
+of recap). Its interval is the pooled one below with sqrt(1/n) for sqrt(1/n_a + 1/n_b), its floor each run's own SE
+(clustered by problem), and it is never narrower than the widest interval of one of its runs: the runs of a cell
+evaluate the same problems, so averaging seeds does not shrink what comes of drawing them. Its ``measure: change``
+(one cell against a number, or two cells) is each run's final value minus its value at the evaluation before
+training, as for any metric, read from both evaluations' rows paired by problem (``<metric>_change``, with its own
+SE from both evaluations: the floor and the run's interval); a run whose rows hold no start evaluation leaves the
+claim not testable. A claim with a ``task`` is put to that task's runs alone (claims fixed before one study's runs
+are not put to another's).
+
 Intervals, per setting (task and model; claims never mix settings):
 
     pooled      the verdict's interval: Student's t on the difference of the two cells' means, with the seeds' SD
@@ -24,8 +36,10 @@ Intervals, per setting (task and model; claims never mix settings):
                 its own samples with its problems held fixed, sqrt(sum_g s_g^2 / k_g) / G over the G (problem,
                 order) groups of its final evaluation, s_g^2 the unbiased variance of the group's k_g samples (for
                 accuracy, p(1 - p) k / (k - 1)). Two evaluations of one model differ by that much, so no SD over
-                seeds can be smaller. A change claim takes the final's floor, a lower bound: the start evaluation's
-                samples are not packed. Without the eval rows (W&B) there is no floor, and the notes say so
+                seeds can be smaller. A change claim takes the final's floor, a lower bound (the results packed
+                before analysis.pack kept the start evaluation's rows have none of the start's samples); a
+                within-run metric's change takes each run's own SE of its change, from both evaluations. Without
+                the eval rows (W&B) there is no floor, and the notes say so
     welch       Welch's t on the two cells' own seeds, shown beside it
     family-wise the pooled interval at Bonferroni's level 1 - (1 - level) / k, for the k claims of the setting
                 written before their runs that get an interval, with its own verdict: all k hold together
@@ -69,9 +83,10 @@ from analysis.tables import final_rows
 @dataclass(frozen=True)
 class Claim:
     text: str
-    # each a cell: an experiment (``agon``) or axis values (``exchange=latent:recap``)
+    # each a cell: an experiment (``agon``) or axis values (``exchange=latent:recap``); ``right`` None for a
+    # within-run claim, which compares ``left`` (``cell:`` in claims.yaml) with the number ``than``
     left: str
-    right: str
+    right: str | None
     # "greater": left > right; "smaller": left < right; "similar": left about equal to right
     direction: str
     # "before" or "after" the runs it is put to: only a claim written before them gets a verdict
@@ -79,6 +94,10 @@ class Claim:
     metric: str = "eval/accuracy"
     # "final": the value after training; "change": after training minus before
     measure: str = "final"
+    # a within-run claim's fixed number (its cell's mean is compared with it); None for two cells
+    than: float | None = None
+    # the task (the runs' ``task``) it is put to alone; None: every setting where its cells ran
+    task: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,11 +136,20 @@ def parse_claims(data: dict) -> tuple[tuple[Claim, ...], Rules]:
                   min_effects=_numbers(data["min_effect"], "min_effect"),
                   floor_fields=dict(data.get("floor") or {}), level=float(data["level"]),
                   reference=str(data["reference"]))
-    claims = tuple(Claim(**c) for c in data["claims"])
-    for claim in claims:
+    claims = []
+    for raw in data["claims"]:
+        raw = dict(raw)
+        if "cell" in raw:  # a within-run claim: one cell against ``than``
+            raw["left"] = raw.pop("cell")
+            raw.setdefault("right", None)
+        claim = Claim(**raw)
         if claim.written not in WRITTEN:
             raise ValueError(f"claims.yaml: {claim.text!r}: written must be before or after, not {claim.written!r}")
-    return claims, rules
+        if (claim.right is None) == (claim.than is None):
+            raise ValueError(f"claims.yaml: {claim.text!r}: name two cells (left, right) or one cell and a number "
+                             "(cell, than)")
+        claims.append(claim)
+    return tuple(claims), rules
 
 
 def load_claims() -> tuple[tuple[Claim, ...], Rules]:
@@ -266,81 +294,179 @@ def cell_runs(done: pd.DataFrame, cell: str) -> pd.DataFrame | None:
 
 def claim_values(rows: pd.DataFrame, metric: str, measure: str) -> tuple[np.ndarray, int]:
     """(one value per complete run of a cell's ``rows``, how many of them have no value at the start): the final
-    value, or with ``measure`` "change" the final minus ``<metric>_at_start``. Runs without a final value are left
-    out (the metric does not apply to them)."""
+    value, or with ``measure`` "change" the final minus ``<metric>_at_start``; for a within-run metric whose runs
+    give their own change (``<metric>_change``, ``analysis.paired``: final minus start per problem, over the
+    problems of both evaluations) that change. Runs without a final value are left out (the metric does not apply
+    to them)."""
     final = pd.to_numeric(rows[metric], errors="coerce") if metric in rows else pd.Series(math.nan, rows.index)
     if measure == "final":
         return final.dropna().to_numpy(float), 0
     if measure != "change":
         raise ValueError(f"measure {measure!r}: choose 'final' or 'change'")
+    has_final = final.notna()
+    if f"{metric}_change" in rows:
+        change = pd.to_numeric(rows[f"{metric}_change"], errors="coerce")
+        return change[has_final & change.notna()].to_numpy(float), int((has_final & change.isna()).sum())
     start_key = f"{metric}_at_start"
     start = pd.to_numeric(rows[start_key], errors="coerce") if start_key in rows else pd.Series(math.nan, rows.index)
-    has_final = final.notna()
     return (final - start)[has_final & start.notna()].to_numpy(float), int((has_final & start.isna()).sum())
+
+
+def own_se_column(rows: pd.DataFrame, metric: str, measure: str) -> str | None:
+    """The column whose ``_se`` and ``_df`` hold each run's own SE of a within-run ``metric`` under ``measure``:
+    ``<metric>_change`` for a change (its SE from both evaluations), else ``metric``; None for a metric without a
+    per-run SE (its floor is ``run_floors``)."""
+    name = f"{metric}_change" if measure == "change" else metric
+    if f"{name}_se" in rows:
+        return name
+    return metric if f"{metric}_se" in rows else None
+
+
+def run_floors_of(runs: pd.DataFrame, evals: pd.DataFrame | None, metric: str, rules: Rules,
+                  measure: str = "final") -> pd.Series:
+    """Each run's evaluation floor on ``metric`` under ``measure``: for a within-run metric (one with a per-run SE,
+    ``<metric>_se``, from ``analysis.paired``) that SE (of its change, ``<metric>_change_se``, for a change where
+    the runs have it), else ``run_floors`` of the metric's eval field (the final's, for a change too)."""
+    name = own_se_column(runs, metric, measure)
+    if name is not None:
+        values = pd.to_numeric(runs[name], errors="coerce") if name in runs else pd.Series(math.nan, runs.index)
+        return pd.to_numeric(runs[f"{name}_se"], errors="coerce").where(values.notna())
+    return run_floors(runs, evals, rules.floor_fields.get(metric, ""))
+
+
+def one_cell_interval(values: np.ndarray, than: float, sd: float, df: int, run_halves: Sequence[float],
+                      level: float = 0.95) -> tuple[float, float, float]:
+    """(mean(values) - than, low, high) of a within-run claim: diff +- t_df * sd / sqrt(n), with ``sd`` pooled
+    elsewhere, and never narrower than the widest of ``run_halves`` (each run's own interval's half-width at
+    ``level``: the runs of a cell evaluate the same problems, so averaging seeds does not shrink what comes of
+    drawing them). nan bounds without a value, or without a pooled SD and a run's interval."""
+    from scipy import stats
+
+    if not len(values):
+        return math.nan, math.nan, math.nan
+    diff = float(values.mean() - than)
+    halves = [h for h in run_halves if not math.isnan(h)]
+    half = max(halves) if halves else math.nan
+    if df >= 1 and not math.isnan(sd):
+        pooled = float(stats.t.ppf(0.5 + level / 2, df)) * sd / math.sqrt(len(values))
+        half = pooled if math.isnan(half) else max(half, pooled)
+    return diff, diff - half, diff + half
+
+
+def _run_halves(rows: pd.DataFrame, metric: str, level: float) -> list[float]:
+    """Each of a cell's runs' own interval half-width on a within-run ``metric`` at ``level``: t with its
+    ``<metric>_df`` times its ``<metric>_se``; none for a metric without them."""
+    from scipy import stats
+
+    if f"{metric}_se" not in rows or f"{metric}_df" not in rows:
+        return []
+    se = pd.to_numeric(rows[f"{metric}_se"], errors="coerce")
+    df = pd.to_numeric(rows[f"{metric}_df"], errors="coerce")
+    return [float(stats.t.ppf(0.5 + level / 2, d)) * s for s, d in zip(se, df)
+            if not math.isnan(s) and not math.isnan(d) and d >= 1]
+
+
+def _one_sample_t(values: np.ndarray, than: float, level: float) -> tuple[float, float, float]:
+    """(mean - than, low, high): Student's t on a cell's own seeds (shown beside a within-run claim where a
+    two-cell claim shows Welch's)."""
+    from scipy import stats
+
+    diff = float(values.mean() - than) if len(values) else math.nan
+    if len(values) < 2:
+        return diff, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)) * values.std(ddof=1) / math.sqrt(len(values))
+    return diff, diff - half, diff + half
 
 
 def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules,
                     evals: pd.DataFrame | None) -> list[dict]:
     """The rows of one setting's claims (see ``claims_table``)."""
+    task = done["task"].iloc[0] if "task" in done else None
+    claims = [c for c in claims if c.task is None or c.task == task]
+    if any(c.metric.startswith("paired/") and c.metric not in done for c in claims):
+        from analysis.paired import runs_with_outcomes  # analysis.paired reads this module's intervals
+
+        done = runs_with_outcomes(done, evals)
     cells = [rows for _, rows in done.groupby(_cell_column(done), sort=False)]
     trained = [rows for rows in cells if _trains(rows["method"].iloc[0] if "method" in rows else None)]
-    pools: dict[tuple[str, str], tuple[float, int, float, float]] = {}
+    pools: dict[tuple[str, str], tuple[float, int, float, float, int]] = {}
     rows = []
     for claim in claims:
         if claim.metric not in done:
             continue
-        left_rows, right_rows = cell_runs(done, claim.left), cell_runs(done, claim.right)
-        if left_rows is None or right_rows is None:
+        within = claim.right is None
+        left_rows = cell_runs(done, claim.left)
+        right_rows = None if within else cell_runs(done, claim.right)
+        if left_rows is None or (right_rows is None and not within):
             continue  # a cell did not run (or its axis values name no single cell here)
-        (left, miss_l), (right, miss_r) = (claim_values(rows, claim.metric, claim.measure)
-                                           for rows in (left_rows, right_rows))
-        if (not len(left) and not miss_l) or (not len(right) and not miss_r):
+        left, miss_l = claim_values(left_rows, claim.metric, claim.measure)
+        right, miss_r = (np.array([]), 0) if within else claim_values(right_rows, claim.metric, claim.measure)
+        if (not len(left) and not miss_l) or (not within and not len(right) and not miss_r):
             continue  # the metric does not apply to a cell
         key = (claim.metric, claim.measure)
         if key not in pools:
-            seed_sd, df = pooled_sd([claim_values(rows, *key)[0] for rows in trained])
-            # the floor of the runs pooled; a change claim takes its final's (the start's samples are not packed)
-            floors = pd.concat([run_floors(rows, evals, rules.floor_fields.get(claim.metric, ""))
+            values = [claim_values(rows, *key)[0] for rows in trained]
+            seed_sd, df = pooled_sd(values)
+            # the floor of the runs pooled; a change claim takes its final's (a lower bound), but on a within-run
+            # metric each run's own SE of its change
+            floors = pd.concat([run_floors_of(rows, evals, claim.metric, rules, claim.measure)
                                 for rows in trained]) if trained else pd.Series(dtype=float)
             floor = float(floors.max()) if floors.notna().any() else math.nan
             sd = seed_sd if math.isnan(floor) or math.isnan(seed_sd) else max(seed_sd, floor)
-            pools[key] = (sd, df, seed_sd, floor)
-        sd, df, seed_sd, floor = pools[key]
+            # the trained cells the metric applies to (a within-run metric: those with a cascade)
+            applies = sum(1 for rows in trained if claim.metric in rows
+                          and pd.to_numeric(rows[claim.metric], errors="coerce").notna().any())
+            pools[key] = (sd, df, seed_sd, floor, applies)
+        sd, df, seed_sd, floor, pooled_cells = pools[key]
         row = {"claim": claim.text, "written": claim.written, "metric": claim.metric, "measure": claim.measure,
-               "direction": claim.direction, "left": claim.left, "right": claim.right,
-               "seeds": f"{len(left) + miss_l} vs {len(right) + miss_r}",
+               "direction": claim.direction, "left": claim.left,
+               "right": f"{claim.than:g}" if within else claim.right,
+               "seeds": f"{len(left) + miss_l}" if within else f"{len(left) + miss_l} vs {len(right) + miss_r}",
                "pooled_sd": sd, "pooled_df": df, "seed_sd": seed_sd, "eval_floor": floor,
-               "pooled_cells": len(trained), "untrained_cells": len(cells) - len(trained),
+               "pooled_cells": pooled_cells, "untrained_cells": len(cells) - len(trained),
                "margin": rules.margins.get(claim.metric, math.nan) if claim.direction == "similar" else math.nan,
                "min_effect": (rules.min_effects.get(claim.metric, math.nan) if claim.direction != "similar"
-                              else math.nan)}
+                              else math.nan),
+               "than": claim.than if within else math.nan}
         if miss_l or miss_r:
             row["testable"] = f"not testable: {miss_l + miss_r} run(s) have no {claim.metric} at the start"
             row.update(left_mean=math.nan, right_mean=math.nan)
         else:
             row["testable"] = ""
-            row.update(left_mean=float(left.mean()), right_mean=float(right.mean()))
-        row["_values"] = (left, right)
+            row.update(left_mean=float(left.mean()), right_mean=claim.than if within else float(right.mean()))
+        row["_values"] = (left, right, left_rows)
         rows.append(row)
     # only the claims written before their runs are tests: they alone count in k
     k = sum(1 for r in rows if not r["testable"] and r["written"] == "before")
     fw_level = bonferroni_level(rules.level, k)
     for row in rows:
-        left, right = row.pop("_values")
+        left, right, left_rows = row.pop("_values")
         row.update(claims=k, level=rules.level, fw_level=fw_level)
         if row["testable"]:
             row.update(difference=math.nan, ci_low=math.nan, ci_high=math.nan, welch_low=math.nan,
                        welch_high=math.nan, fw_low=math.nan, fw_high=math.nan,
                        verdict=row["testable"], fw_verdict=row["testable"])
             continue
-        diff, low, high = pooled_interval(left, right, row["pooled_sd"], row["pooled_df"], rules.level)
-        _, w_low, w_high = welch_interval(left, right, rules.level)
+
+        def interval(level: float, left: np.ndarray = left, right: np.ndarray = right,
+                     left_rows: pd.DataFrame = left_rows, row: dict = row) -> tuple[float, float, float]:
+            if not math.isnan(row["than"]):
+                own = own_se_column(left_rows, row["metric"], row["measure"])
+                halves = ([] if own is None else
+                          _run_halves(left_rows.loc[pd.to_numeric(left_rows[own], errors="coerce").notna()], own,
+                                      level))
+                return one_cell_interval(left, row["than"], row["pooled_sd"], row["pooled_df"], halves, level)
+            return pooled_interval(left, right, row["pooled_sd"], row["pooled_df"], level)
+
+        diff, low, high = interval(rules.level)
+        _, w_low, w_high = (welch_interval(left, right, rules.level) if math.isnan(row["than"])
+                            else _one_sample_t(left, row["than"], rules.level))
         row.update(difference=diff, ci_low=low, ci_high=high, welch_low=w_low, welch_high=w_high)
         if row["written"] != "before":
             # a description: its interval, no verdict, and no family-wise interval (it is in no family)
             row.update(fw_low=math.nan, fw_high=math.nan, verdict=DESCRIPTION, fw_verdict=DESCRIPTION)
             continue
-        _, f_low, f_high = pooled_interval(left, right, row["pooled_sd"], row["pooled_df"], fw_level)
+        _, f_low, f_high = interval(fw_level)
         row.update(fw_low=f_low, fw_high=f_high)
         for name, (lo, hi) in (("verdict", (low, high)), ("fw_verdict", (f_low, f_high))):
             said = verdict(row["direction"], lo, hi, row["margin"], row["min_effect"])
@@ -353,21 +479,24 @@ def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules,
 COLUMNS = ["claim", "written", "metric", "measure", "direction", "left", "right", "seeds", "left_mean", "right_mean",
            "difference", "ci_low", "ci_high", "verdict", "welch_low", "welch_high", "fw_low", "fw_high",
            "fw_verdict", "level", "fw_level", "claims", "pooled_sd", "pooled_df", "seed_sd", "eval_floor",
-           "pooled_cells", "untrained_cells", "margin", "min_effect"]
+           "pooled_cells", "untrained_cells", "margin", "min_effect", "than"]
 
 
 def claims_table(runs: pd.DataFrame, claims: Sequence[Claim] = CLAIMS, rules: Rules = RULES,
                  evals: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per claim whose two cells are both among the complete runs, per setting (``task`` and ``model``,
-    when the frame has them; a ``setting`` column names it when there are several). ``evals``: the runs' eval rows
-    (``load_runs(...).evals``), from which each run's evaluation floor is computed; without them there is none.
+    """One row per claim whose two cells are both among the complete runs (a within-run claim: whose cell is), per
+    setting (``task`` and ``model``, when the frame has them; a ``setting`` column names it when there are several;
+    a claim with a ``task`` is put to that task's setting alone). ``evals``: the runs' eval rows
+    (``load_runs(...).evals``), from which each run's evaluation floor is computed, and a within-run metric
+    (``paired/...``, ``analysis.paired``); without them there is no floor and no within-run claim.
 
     Columns: claim, written, metric, measure, direction, left, right, seeds, left_mean and right_mean (of each
     cell's values under the measure), difference, ci_low/ci_high (pooled interval) and verdict, welch_low/welch_high,
     fw_low/fw_high and fw_verdict (the family-wise interval; nan for a claim written after its runs), level and
     fw_level, claims (k), pooled_sd (the SD the intervals use: max(seed_sd, eval_floor)), pooled_df, seed_sd (the
     seeds' pooled SD), eval_floor (nan without eval rows), pooled_cells, untrained_cells (left out of the pool),
-    margin (nan but on "about equal" claims) and min_effect (nan on "about equal" claims).
+    margin (nan but on "about equal" claims), min_effect (nan on "about equal" claims) and than (a within-run
+    claim's number, which ``right`` and ``right_mean`` also hold; nan for two cells).
     """
     done = runs[runs["status"] == "complete"] if "status" in runs else runs
     if done.empty:
@@ -444,6 +573,14 @@ def _notes(table: pd.DataFrame) -> list[str]:
     lines = [f"Intervals: Student's t with the seeds' SD pooled over the {int(first['pooled_cells'])} trained cells "
              f"({which}), never below the largest evaluation-sampling SD of one pooled run: {'; '.join(pools)}. "
              "Welch's interval, from the two cells' own seeds alone, is shown beside it."]
+    within = table[table["than"].notna()] if "than" in table else table.iloc[:0]
+    if len(within):
+        metrics = ", ".join(dict.fromkeys(within["metric"]))
+        lines.append(f"Within-run claims ({metrics}; analysis.paired): one cell's mean over its runs against a "
+                     "fixed number, the SD pooled over the trained cells the metric applies to and never below the "
+                     "largest per-run SE (clustered by problem), the interval never narrower than the widest of "
+                     "one of its runs (they share their problems); beside it Student's t on the cell's own seeds "
+                     "in place of Welch's.")
     k, after = int(first["claims"]), int((table["written"] != "before").sum())
     if k:
         lines.append(f"Multiplicity: {k} claims written before their runs put to this task; the family-wise "
@@ -490,12 +627,16 @@ def claims_markdown(table: pd.DataFrame) -> str:
             def num(column: str, signed: bool = True, m: str = m, r: pd.Series = r, digits: int = digits) -> str:
                 return _num(r[column], m, signed, digits)
 
-            means = f"{'change ' if change else ''}{num('left_mean', change)} vs {num('right_mean', change)}{unit}"
+            # a within-run metric is a difference within each run: signed (a within-run claim: against its number)
+            within = not math.isnan(r.get("than", math.nan))
+            signed = change or within or str(m).startswith("paired/")
+            means = f"{'change ' if change else ''}{num('left_mean', signed)} vs {num('right_mean', signed)}{unit}"
+            cells = f"{r['left']} (within run)" if within else f"{r['left']} vs {r['right']}"
             # a description is in no family: no family-wise interval or verdict
             family = ("- | - |" if r["written"] != "before" else
                       f"[{num('fw_low')}, {num('fw_high')}]{unit} | {r['fw_verdict']} |")
             lines.append(
-                f"| {r['claim']} | {r['written']} | {r['left']} vs {r['right']} | {r['seeds']} | {means} | "
+                f"| {r['claim']} | {r['written']} | {cells} | {r['seeds']} | {means} | "
                 f"{num('difference')} [{num('ci_low')}, {num('ci_high')}]{unit} | {r['verdict']} | "
                 f"[{num('welch_low')}, {num('welch_high')}]{unit} | {family}")
         lines += [""] + [f"- {note}" for note in _notes(rows)]

@@ -25,8 +25,11 @@ Writes, each as PNG (300 dpi) and PDF, drawn at the size a paper prints it (one 
                            family-wise one, the "about equal" band and the side the paper claims; only where the
                            runs hold the cells of a claim
 and ``table.csv``, ``table.md``, ``table.tex`` (one column), ``table_full.tex`` (the appendix; all four by
-analysis.tables.write_tables), and ``claims.md`` (analysis.claims)
-where the runs hold the cells of a claim. Output is deterministic: seeded bootstrap, no timestamps in the PDFs.
+analysis.tables.write_tables), ``paired.md``, ``paired.csv`` and ``budget.csv`` where some run has a cascade
+(analysis.paired: each run's and arm's cascade minus its drafts and conversion by the recap's kind, the first and
+the paired conversion gap also at the start and as their change since then where the runs' rows hold the start
+evaluation, and the arms at equal steps and equal generated tokens), and ``claims.md`` (analysis.claims) where the
+runs hold the cells of a claim. Output is deterministic: seeded bootstrap, no timestamps in the PDFs.
 
 Left out on purpose: per-seed training curves (three overlapping noisy lines per cell hide more than they show;
 the band is their range) and any statistic not in analysis.tables or analysis.claims (a figure draws what a table
@@ -55,6 +58,7 @@ from agon.methods import METHODS
 from analysis.claims import RULES, claims_markdown, claims_table, in_tokens
 from analysis.labels import cell_label
 from analysis.load import Runs, is_ablation, is_baseline, load_runs, newest_multirun
+from analysis.paired import write_paired
 from analysis.tables import RECAP_SHOWN, cell_interval, format_table, recap_values, results_table, write_tables
 
 # files only, no display (pyplot picks its backend lazily, at the first figure)
@@ -654,6 +658,8 @@ def make_figures(data: Runs, out_dir: str | Path = "figures") -> list[Path]:
             if fig is not None:
                 paths += _save(fig, out, name)
     paths += write_tables(data, out)
+    # within-run outcomes of the cascades, and the arms at equal steps and tokens: where some run has a cascade
+    paths += write_paired(data, out)
     if not claims.empty:
         paths.append(out / "claims.md")
         paths[-1].write_text(claims_markdown(claims))

@@ -2,13 +2,18 @@
 
 Copies what the tables and figures read, and nothing a run needs to continue: for each run directory below the
 sweep, ``summary.json``, ``.hydra/config.yaml`` and ``.hydra/overrides.yaml`` as they are, ``metrics.jsonl``
-gzip-compressed, and the rows of ``eval.jsonl`` from the final evaluation gzip-compressed (every evaluation's
-headline numbers are in ``metrics.jsonl``); and the sweep's ``multirun.yaml``. ``analysis.load`` reads the packed
-directory as it reads the sweep (``agon.run_files.read_jsonl`` falls back to the ``.gz``), so
+gzip-compressed, and the rows of ``eval.jsonl`` from the evaluation before training (phase ``start``, the earliest
+where there are several) and from the final evaluation (phase ``final``, at the run's last step), in that order,
+gzip-compressed (every evaluation's headline numbers are in ``metrics.jsonl``; the start's rows give the within-run
+outcomes their change since the start, ``analysis.paired``); and the sweep's ``multirun.yaml``. ``analysis.load``
+reads the packed directory as it reads the sweep (``agon.run_files.read_jsonl`` falls back to the ``.gz``), so
 ``make figures RUNS=<dest>`` redraws the figures from it.
 
-Left out on purpose: checkpoints, adapters, ``samples.jsonl`` and W&B files (hundreds of MB per sweep, and not
-needed to redraw anything). Runs without ``summary.json`` are packed too, and show as incomplete.
+Left out on purpose: checkpoints, adapters, ``samples.jsonl``, W&B files (hundreds of MB per sweep, and not
+needed to redraw anything) and the interim evaluations' rows (phase ``train``: their numbers are in
+``metrics.jsonl``). Runs without ``summary.json`` are packed too, and show as incomplete. Everything that reads
+packed rows for a final number filters phase ``final`` (``analysis.tables.final_rows``,
+``analysis.paired.final_evaluation``), and never falls back to the start's rows.
 """
 
 from __future__ import annotations
@@ -30,6 +35,30 @@ def _gzip_lines(rows: list[dict], path: Path) -> None:
     path.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
 
 
+def start_rows(rows: list[dict]) -> list[dict]:
+    """The rows of a run's evaluation before training (phase ``start``), of the earliest one where there are
+    several: those at the smallest step, the first row of each (order, stage, problem, sample) in file order."""
+    start = [r for r in rows if r.get("phase") == "start"]
+    first = min((r.get("step", 0) for r in start), default=0)
+    seen: set[tuple] = set()
+    out = []
+    for r in start:
+        key = tuple(r.get(k) for k in ("order", "stage", "problem_id", "sample"))
+        if r.get("step", 0) == first and key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def final_rows(rows: list[dict]) -> list[dict]:
+    """The rows of a run's final evaluation: phase ``final`` at the largest step (an extended run keeps the final
+    evaluation of its shorter self: the last one is the run's). Without any, the rows at the largest step of the
+    others but the start's (a run that stopped before its final evaluation), never the start's."""
+    final = [r for r in rows if r.get("phase") == "final"] or [r for r in rows if r.get("phase") != "start"]
+    last = max((r.get("step", 0) for r in final), default=0)
+    return [r for r in final if r.get("step", 0) == last]
+
+
 def pack_run(run_dir: Path, dest: Path) -> int:
     """One run directory into ``dest``; the bytes written."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -39,11 +68,7 @@ def pack_run(run_dir: Path, dest: Path) -> int:
             shutil.copyfile(run_dir / name, dest / name)
     _gzip_lines(read_jsonl(run_dir / METRICS), dest / f"{METRICS}.gz")
     rows = read_jsonl(run_dir / EVAL)
-    final = [r for r in rows if r.get("phase") == "final"] or rows
-    # an extended run keeps the final evaluation of its shorter self: the last one is the run's
-    last = max((r.get("step", 0) for r in final), default=0)
-    final = [r for r in final if r.get("step", 0) == last]
-    _gzip_lines(final, dest / f"{EVAL}.gz")
+    _gzip_lines(start_rows(rows) + final_rows(rows), dest / f"{EVAL}.gz")
     return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
 
 

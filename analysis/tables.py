@@ -146,12 +146,16 @@ def t_interval(values: Any, level: float = 0.95, bounds: tuple[float, float] = (
 
 
 def final_rows(evals: pd.DataFrame, run: Any) -> pd.DataFrame:
-    """Final-stage eval rows of one run's last evaluation, in the orders its headline accuracy averages."""
+    """Final-stage eval rows of one run's last evaluation, in the orders its headline accuracy averages: of phase
+    ``final`` where there are any, else of any phase but ``start`` (the evaluation before training, which
+    ``analysis.pack`` keeps beside the final one, is never read as a final)."""
     rows = evals[evals["run_id"] == run["run_id"]] if "run_id" in evals else evals.iloc[:0]
     if rows.empty:
         return rows
-    if "phase" in rows and (rows["phase"] == "final").any():
-        rows = rows[rows["phase"] == "final"]
+    if "phase" in rows:
+        rows = rows[rows["phase"] == "final"] if (rows["phase"] == "final").any() else rows[rows["phase"] != "start"]
+        if rows.empty:
+            return rows
     # an extended run keeps the final evaluation of its shorter self: the last one is the run's
     rows = rows[rows["step"] == rows["step"].max()]
     rows = rows[rows["stage"] == "final"]

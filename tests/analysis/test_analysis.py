@@ -299,7 +299,15 @@ def test_figures_cli_writes_every_file(tmp_path, capsys):
     assert "Qwen3-0.6B, DeepMath-hard" in (out / "table.md").read_text()
     assert "not comparable" in (out / "table.tex").read_text()
     printed = capsys.readouterr().out
-    assert "7 runs from" in printed and "wrote 12 files" in printed  # table_full.tex: the appendix table
+    # table_full.tex: the appendix table; paired.md, paired.csv, budget.csv: the cascades' within-run outcomes
+    assert "7 runs from" in printed and "wrote 15 files" in printed
+    # seed 0 of competitive/visible: A>B drafts 0 1 0 1 all answered right (+50 points); B>A drafts 0 0 1 1, finals
+    # 1 0 1 1 (+25); no recap kinds outside target sum
+    paired = pd.read_csv(out / "paired.csv")
+    run = paired[(paired["rows"] == "run") & (paired["cell"] == CELLS[0]) & (paired["seed"] == 0)].iloc[0]
+    assert run["paired/A>B/cascade_minus_solo"] == 0.5 and run["paired/B>A/cascade_minus_solo"] == 0.25
+    assert "paired/conversion_gap" not in paired
+    assert "| GRPO | 0 | - | - | - |" in (out / "paired.md").read_text()
     assert r"\begin{table*}" in (out / "table_full.tex").read_text()
 
 

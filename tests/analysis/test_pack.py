@@ -12,7 +12,8 @@ import pandas as pd
 from agon.run_files import METRICS, read_jsonl
 from analysis import load_runs
 from analysis.figures import make_figures
-from analysis.pack import pack
+from analysis.pack import pack, pack_run
+from analysis.paired import runs_with_outcomes
 from analysis.tables import recap_values, results_table
 from tests.analysis.test_analysis import FIXTURES
 
@@ -26,15 +27,51 @@ def test_a_packed_sweep_loads_as_the_sweep_does(tmp_path):
     pd.testing.assert_frame_equal(before.runs[columns].reset_index(drop=True),
                                   after.runs[columns].reset_index(drop=True))
     pd.testing.assert_frame_equal(before.steps.reset_index(drop=True), after.steps.reset_index(drop=True))
-    # only the final evaluation's rows are kept; the table (its intervals from them) is the same
-    assert set(after.evals["phase"]) == {"final"} and len(after.evals) == (before.evals["phase"] == "final").sum()
+    # the start and the final evaluations' rows are kept, as they were; the table (its intervals from the final's
+    # rows) is the same, and so are the within-run outcomes and their change since the start
+    kept = before.evals[before.evals["phase"].isin(["start", "final"])]
+    assert set(after.evals["phase"]) == {"start", "final"} and len(after.evals) == len(kept)
+    shared = [c for c in kept.columns if c != "run_id"]
+    pd.testing.assert_frame_equal(kept[shared].reset_index(drop=True), after.evals[shared].reset_index(drop=True))
     pd.testing.assert_frame_equal(results_table(before), results_table(after))
+    outcomes = [runs_with_outcomes(d.runs, d.evals) for d in (before, after)]
+    assert outcomes[1]["paired/cascade_minus_solo_change"].notna().any()
+    columns = [c for c in outcomes[0].columns if c.startswith("paired/")]
+    pd.testing.assert_frame_equal(outcomes[0][columns].reset_index(drop=True),
+                                  outcomes[1][columns].reset_index(drop=True))
     # packing twice gives the same bytes (no time stamps in the gzip headers)
     again = tmp_path / "again"
     pack(FIXTURES, again)
     first = sorted((tmp_path / "packed").rglob("*.gz"))
     assert [p.read_bytes() for p in first] == [
         (again / p.relative_to(tmp_path / "packed")).read_bytes() for p in first]
+
+
+def test_a_packed_run_keeps_its_earliest_start_evaluation_and_its_last_final_one(tmp_path):
+    """eval.jsonl of a run extended once and evaluated at the start twice: the packed rows are the first start
+    evaluation's (at the smallest step, the first row of each order, stage, problem and sample) and then the final
+    evaluation at the last step, in file order; the interim evaluations and the shorter run's final are left out."""
+    def rows(phase: str, step: int, correct: bool, problems: str = "pq") -> list[dict]:
+        return [{"step": step, "phase": phase, "order": "A>B", "stage": stage, "problem_id": p, "sample": 0,
+                 "correct": correct} for p in problems for stage in ("draft", "final")]
+
+    run = tmp_path / "run"
+    run.mkdir()
+    written = (rows("start", 0, False) + rows("start", 0, True) + rows("train", 50, True) + rows("final", 100, True)
+               + rows("train", 150, False) + rows("final", 200, False, "qp"))
+    (run / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written))
+    (run / METRICS).write_text("")
+    pack_run(run, tmp_path / "packed")
+    packed = read_jsonl(tmp_path / "packed" / "eval.jsonl")
+    assert packed == rows("start", 0, False) + rows("final", 200, False, "qp")
+    # a run that stopped before its final evaluation: its start and its last interim one, never the start twice
+    (run / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows("start", 0, False)
+                                            + rows("train", 50, True)))
+    pack_run(run, tmp_path / "stopped")
+    assert read_jsonl(tmp_path / "stopped" / "eval.jsonl") == rows("start", 0, False) + rows("train", 50, True)
+    (run / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows("start", 0, False)))
+    pack_run(run, tmp_path / "started")
+    assert read_jsonl(tmp_path / "started" / "eval.jsonl") == rows("start", 0, False)
 
 
 def test_the_recap_figure_draws_what_the_runs_logged(tmp_path):
