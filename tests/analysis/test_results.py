@@ -20,14 +20,14 @@ REPO = Path(__file__).resolve().parents[2]
 # results/runs/ is where sweeps write on this machine (ignored by git); a *_pilot directory is a pilot's runs
 PACKED = sorted(p.name for p in (REPO / "results").iterdir() if p.is_dir() and p.name != "runs") \
     if (REPO / "results").is_dir() else []
-TASKS = [name for name in PACKED if not name.endswith("_pilot")]
+TASKS = [name for name in PACKED if not name.endswith(("_pilot", "_pick"))]
 # each packed grid's cells, 3 seeds each: the paper's design on a task, or the exchange ablation (its claims name
 # cells by their exchange, analysis/claims.yaml)
 CELLS = {"arithmetic_hard": 10, "products": 10, "exchange": 4}
 
 
 def test_every_packed_task_has_its_figures_and_a_section_of_the_page():
-    assert TASKS == sorted(CELLS) and PACKED == [*TASKS, "target_sum_pilot"]
+    assert TASKS == sorted(CELLS) and PACKED == [*TASKS, "target_sum_pick", "target_sum_pilot"]
     page = (REPO / "docs" / "results.md").read_text()
     for task in TASKS:
         for figure in ("accuracy_grid", "claims_forest", "recap_diagnostic", "training_curves"):
@@ -53,6 +53,17 @@ def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
     table_rows = (tmp_path / "table.md").read_text().split("\n\n", 1)[1].strip()
     assert table_rows in page
     assert (tmp_path / "claims.md").read_text().strip() in page
+
+
+def test_the_target_sum_pick_runs_curve_is_what_its_packed_run_gives():
+    """docs/results.md's pick run (the study's step count): its curve row, recomputed from the packed metrics."""
+    data = load_runs(REPO / "results" / "target_sum_pick")
+    assert len(data.runs) == 1 and data.runs["method"].iloc[0] == "grpo"
+    points = data.steps.dropna(subset=["eval/accuracy"]).drop_duplicates("train/step", keep="last")
+    curve = {int(r["train/step"]): r["eval/accuracy"] for _, r in points.iterrows()}
+    assert sorted(curve) == list(range(0, 251, 25))
+    row = "| GRPO % | " + " | ".join(f"{100 * curve[s]:.1f}" for s in sorted(curve)) + " |"
+    assert row in (REPO / "docs" / "results.md").read_text()
 
 
 def test_the_target_sum_pilot_table_is_what_its_packed_runs_give():
