@@ -74,7 +74,9 @@ TESTS = {
                          "tests/analysis/test_results.py", "tests/analysis/test_pack.py"],
     "analysis/tables.py": ["tests/analysis/test_model_labels.py", "tests/analysis/test_analysis.py",
                            "tests/analysis/test_results.py", "tests/analysis/test_pack.py"],
-    "analysis/claims.py": ["tests/analysis/test_claims.py", "tests/analysis/test_results.py"],
+    "analysis/claims.py": ["tests/analysis/test_claims.py", "tests/analysis/test_results.py",
+                           "tests/analysis/test_paired.py"],
+    "analysis/paired.py": ["tests/analysis/test_paired.py"],
     "analysis/figures.py": ["tests/analysis/test_analysis.py", "tests/analysis/test_pack.py"],
     "analysis/pack.py": ["tests/analysis/test_pack.py"],
     "analysis/callbacks.py": ["tests/analysis/test_analysis.py", "tests/test_sweep.py"],
@@ -704,6 +706,17 @@ NAMED = [
            "ramp = max(1, tiny.warmup_steps // 20)",
            tests=["tests/tasks/test_target_sum_scan.py::"
                   "test_a_saved_checkpoint_is_the_base_a_build_of_that_length_makes"]),
+    # the study's within-run outcomes (analysis/paired.py)
+    Mutant("paired_unclustered", "analysis/paired.py",
+           "cascade minus solo with one cluster per sample: an interval as if a problem's samples were independent",
+           'clustered_rate(diff, np.ones(len(rows)), rows["problem_id"])',
+           "clustered_rate(diff, np.ones(len(rows)), range(len(rows)))"),
+    Mutant("recap_kind_whole_chain", "analysis/paired.py",
+           "a draft's recap kind read from its whole chain, not its prefix: every wrong draft a dead end",
+           "live(operands, target, signs[:-1])", "live(operands, target, signs)"),
+    Mutant("arm_floor_dropped", "analysis/paired.py",
+           "an arm's interval over seeds may fall below one run's evaluation SE",
+           'max(out["seed_sd"], out["floor"])', 'out["seed_sd"]'),
 ]
 
 # operator swaps: each site becomes exactly one mutant
