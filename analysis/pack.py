@@ -13,7 +13,7 @@ Left out on purpose: checkpoints, adapters, ``samples.jsonl``, W&B files (hundre
 needed to redraw anything) and the interim evaluations' rows (phase ``train``: their numbers are in
 ``metrics.jsonl``). Runs without ``summary.json`` are packed too, and show as incomplete. Everything that reads
 packed rows for a final number filters phase ``final`` (``analysis.tables.final_rows``,
-``analysis.paired.final_evaluation``), and never falls back to the start's rows.
+``analysis.tables.final_evaluation``), and never falls back to the start's rows.
 """
 
 from __future__ import annotations

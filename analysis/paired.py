@@ -67,6 +67,7 @@ import pandas as pd
 
 from analysis.claims import pooled_interval, pooled_sd
 from analysis.load import Runs
+from analysis.tables import final_evaluation
 
 # the kinds of a wrong draft's recap, in the order the tables list them
 KINDS = ("dead_end", "extendable", "wrong_numbers", "no_answer")
@@ -133,28 +134,11 @@ def _keyed(name: str, parts: dict[str, float]) -> dict[str, float]:
 # one run
 
 
-def final_evaluation(evals: pd.DataFrame, run_id: Any | None = None) -> pd.DataFrame:
-    """The rows of one run's final evaluation, both stages: ``evals`` holds eval.jsonl rows (of the run ``run_id``
-    where it has a ``run_id`` column and one is given), of phase ``final`` where there are any (else of any phase but
-    ``start``: the evaluation before training is never read as the final one), at the largest step (an extended run
-    keeps the final evaluation of its shorter self, as ``analysis.tables.final_rows`` says)."""
-    rows = evals
-    if run_id is not None and "run_id" in rows:
-        rows = rows[rows["run_id"] == run_id]
-    if rows.empty:
-        return rows
-    if "phase" in rows:
-        rows = rows[rows["phase"] == "final"] if (rows["phase"] == "final").any() else rows[rows["phase"] != "start"]
-    if "step" in rows and len(rows):
-        rows = rows[rows["step"] == rows["step"].max()]
-    return rows
-
-
 def start_evaluation(evals: pd.DataFrame, run_id: Any | None = None) -> pd.DataFrame:
-    """The rows of one run's evaluation before training (phase ``start``), both stages, as ``final_evaluation``
-    reads the final one: of the earliest where there are several (the smallest step, and the first row of each
-    order, stage, problem and sample). Empty without any (no ``phase`` column, or results packed before
-    ``analysis.pack`` kept them)."""
+    """The rows of one run's evaluation before training (phase ``start``), both stages, as
+    ``analysis.tables.final_evaluation`` reads the final one: of the earliest where there are several (the smallest
+    step, and the first row of each order, stage, problem and sample). Empty without any (no ``phase`` column, or
+    results packed before ``analysis.pack`` kept them)."""
     rows = evals
     if run_id is not None and "run_id" in rows:
         rows = rows[rows["run_id"] == run_id]

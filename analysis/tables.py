@@ -145,19 +145,30 @@ def t_interval(values: Any, level: float = 0.95, bounds: tuple[float, float] = (
     return float(max(bounds[0], x.mean() - half)), float(min(bounds[1], x.mean() + half))
 
 
-def final_rows(evals: pd.DataFrame, run: Any) -> pd.DataFrame:
-    """Final-stage eval rows of one run's last evaluation, in the orders its headline accuracy averages: of phase
-    ``final`` where there are any, else of any phase but ``start`` (the evaluation before training, which
-    ``analysis.pack`` keeps beside the final one, is never read as a final)."""
-    rows = evals[evals["run_id"] == run["run_id"]] if "run_id" in evals else evals.iloc[:0]
+def final_evaluation(evals: pd.DataFrame, run_id: Any | None = None) -> pd.DataFrame:
+    """The rows of one run's final evaluation, both stages: ``evals`` holds eval.jsonl rows (of the run ``run_id``
+    where it has a ``run_id`` column and one is given), of phase ``final`` where there are any (else of any phase but
+    ``start``: the evaluation before training is never read as the final one), at the largest step (an extended run
+    keeps the final evaluation of its shorter self). ``final_rows`` and ``analysis.paired`` read it through this."""
+    rows = evals
+    if run_id is not None and "run_id" in rows:
+        rows = rows[rows["run_id"] == run_id]
     if rows.empty:
         return rows
     if "phase" in rows:
         rows = rows[rows["phase"] == "final"] if (rows["phase"] == "final").any() else rows[rows["phase"] != "start"]
-        if rows.empty:
-            return rows
-    # an extended run keeps the final evaluation of its shorter self: the last one is the run's
-    rows = rows[rows["step"] == rows["step"].max()]
+    if "step" in rows and len(rows):
+        rows = rows[rows["step"] == rows["step"].max()]
+    return rows
+
+
+def final_rows(evals: pd.DataFrame, run: Any) -> pd.DataFrame:
+    """Final-stage eval rows of one run's last evaluation (``final_evaluation``: the evaluation before training,
+    which ``analysis.pack`` keeps beside the final one, is never read as a final), in the orders its headline
+    accuracy averages."""
+    rows = final_evaluation(evals, run["run_id"]) if "run_id" in evals else evals.iloc[:0]
+    if rows.empty:
+        return rows
     rows = rows[rows["stage"] == "final"]
     orders = run.get("headline_orders")
     if not isinstance(orders, (list, tuple)) or not orders:

@@ -29,11 +29,12 @@ What the warm start teaches a challenger (``warm_start_pair``), by the kind of r
   answer as after a right recap, the leaf test picking the other sign. Only another right chain's prefix differs
   from the right recap as text, so where a problem has none the dead end is shown instead.
 
-``warm_start_challenges`` of the warm start's rows are challenges (0.9 in ``experiment=target_sum``: the check
-is then learned before the search from scratch is, so a base stopped between the two checks and still has a search
-to learn); ``warm_start_wrong_recaps`` (0.3) of the challenges read a wrong recap, half of them the extendable kind where the
-problem has one (about one 4-operand problem in five does), so about 27% dead ends and 3% extendable; the rest read
-a right one (``warm_start_reuse``, 1.0: always reused; below 1 the rest search from scratch, the first design).
+``warm_start_challenges`` of the warm start's rows are challenges (0.9 in ``experiment=target_sum``: the check is
+then learned before the search from scratch is, so a base stopped between the two checks and still has a search to
+learn); ``warm_start_wrong_recaps`` (0.3) of the challenges read a wrong recap, half of them the extendable kind
+where the problem has one (about one 4-operand problem in five does), so about 27% dead ends and 3% extendable; the
+rest read a right one (``warm_start_reuse``, 1.0: always reused; below 1 the rest search from scratch, the first
+design).
 Right recaps stay the majority because choosing the last sign is what the first base could not do; dead ends are
 shown often enough to teach the switch from checking to searching, while the search after it is only as good as a
 solo draft, which is what RL is left to improve (with the drafter's own search).
