@@ -52,13 +52,24 @@ PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "hydra-core", 
             "math-verify", "reasoning-gym", "tokenizers", "vllm")
 
 
-def _git_commit() -> str | None:
+def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
         return out.stdout.strip() if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def _git_commit() -> str | None:
+    return _git("rev-parse", "HEAD")
+
+
+def code_version() -> dict[str, Any]:
+    """The code this process runs, read as it starts (a commit made while a run trains is not the code it ran):
+    the checkout's commit, and whether its tracked files differ from it (``None`` for both outside a checkout)."""
+    commit = _git_commit()
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
 
 
 def _versions() -> dict[str, str | None]:
@@ -144,7 +155,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
         transformers.utils.logging.disable_progress_bar()
         huggingface_hub.utils.disable_progress_bars()
-    t0 = time.time()
+    t0, code = time.time(), code_version()
     method = get_method(cfg.method.name)
     resume = resume_mode(cfg.trainer.resume)
     out_dir = _run_dir(cfg)
@@ -169,7 +180,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         trainer = build_trainer(cfg, run_dir, recorder, ranks, log=say if ranks.is_main else _quiet)
         if ranks.is_main:  # whatever the engine: a run that will take weeks says so before its first step
             say(estimate(cfg, trainer).line())
-        if resume == "auto" and trainer.resume_latest():
+        resumed = resume == "auto" and trainer.resume_latest()
+        trainer.begin_launch(code, started=t0)  # after the resume, which restores the launches before it
+        if resumed:
             start = _start_metrics(run_dir)
         else:  # from step 0: whatever ran here before goes, its checkpoints first (killed between the two, a run
             # that had finished keeps its records and summary, and is still finished)
@@ -200,7 +213,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "train/processes": ranks.world,
             "memory/at_start_gib": memory_at_start, "memory/child_processes_at_start": children_at_start,
             "time/train_s": trainer.state.train_seconds,
-            "time/total_s": time.time() - t0,
+            # wall seconds of every launch whose work the run kept (a resumed run's too), and of this launch alone
+            "time/total_s": trainer.wall_seconds(),
+            "time/launch_s": time.time() - t0,
             "method": cfg.method.name, "reward": cfg.reward.name, "reward_weights": reward_summary(cfg.reward),
             "exchange": exchange_name(cfg.exchange.mode, cfg.exchange.span),
             "rotation": cfg.rotation.mode, "init": cfg.init.mode, "task": cfg.task.name, "model": cfg.model.name,
@@ -209,7 +224,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             # what analysis/ needs to name and pool the cell: the axes that change what this method does
             "method_axes": list(method.axes), "method_label": method.label,
             "experiment": cfg.experiment, "seed": cfg.seed, "overrides": _overrides(),
-            "git_commit": _git_commit(), "versions": _versions(), "config": to_plain(cfg),
+            # the code as this launch started, and every kept launch's (a run resumed on other code shows it)
+            "git_commit": code["git_commit"], "git_dirty": code["git_dirty"], "launches": trainer.state.launches,
+            "versions": _versions(), "config": to_plain(cfg),
         }
         recorder.write_summary(summary)
         trainer.discard_eval_parts()

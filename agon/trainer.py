@@ -28,6 +28,7 @@ import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,6 +79,10 @@ class TrainState:
     bad_steps: int = 0
     verifier_failures: int = 0
     train_seconds: float = 0.0
+    # one entry per process whose work the run kept: its code (git commit, and whether the checkout had uncommitted
+    # changes), when it started (UTC) and its wall seconds up to its last checkpoint (or the summary). Work after a
+    # killed launch's last checkpoint is done again, so its seconds after that point are not counted
+    launches: list[dict[str, Any]] = field(default_factory=list)
     # what LearningWatch reported (kept across a resume, written to summary.json)
     warnings: list[str] = field(default_factory=list)
 
@@ -89,6 +94,7 @@ class Trainer:
         self.policies, self.task, self.recorder, self.run_dir, self.log = policies, task, recorder, run_dir, log
         self.ranks, self.method = ranks, get_method(cfg.method.name)
         self.state = TrainState()
+        self._launch_started = time.time()
         self.pool = task.train_problems()
         self._order: list[int] = []
         self._order_epoch: int | None = None
@@ -428,12 +434,26 @@ class Trainer:
             rng["cuda"] = torch.cuda.get_rng_state()
         return rng
 
+    def begin_launch(self, code: dict[str, Any], started: float) -> None:
+        """Count this process as one more launch of the run: after a resume restored the earlier ones, before any
+        checkpoint of its own. ``code``: what ``agon.run.code_version`` read as the process started."""
+        self._launch_started = started
+        self.state.launches.append({**code, "started": datetime.fromtimestamp(started, timezone.utc).isoformat(
+            timespec="seconds"), "wall_s": 0.0})
+
+    def wall_seconds(self) -> float:
+        """The run's wall seconds so far: every kept launch's, this one's up to now (``TrainState.launches``)."""
+        if self.state.launches:
+            self.state.launches[-1]["wall_s"] = time.time() - self._launch_started
+        return sum(launch["wall_s"] for launch in self.state.launches)
+
     def save_checkpoint(self) -> Path:
         """Commit ``checkpoints/step_N`` atomically, then point ``checkpoints/latest`` at it, then prune the older
         ones down to ``keep_checkpoints`` in all (never the new one). Every rank calls it (their RNG states are saved
         too); rank 0 writes. Not for a step that ``latest`` already names (``committed_step``): replacing that one
         would leave ``latest`` naming nothing for a moment."""
         self.adapter_digests()
+        self.wall_seconds()  # the launch's seconds up to this checkpoint, saved with it
         rngs = self.ranks.gather(self._rng_state())
         root = self.run_dir / "checkpoints"
         final = root / f"step_{self.state.step}"

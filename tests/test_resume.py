@@ -122,10 +122,24 @@ def counts(run_dir: Path) -> dict[str, Counter]:
 
 
 def summary(run_dir: Path) -> dict[str, Any]:
-    """summary.json less the wall-clock timings, the memory a cell started with (measurements, not results) and the
-    git commit (the checkout may gain a commit between two launches of one test)."""
+    """summary.json less the wall-clock timings, the memory a cell started with (measurements, not results), the
+    git commit and checkout state (the checkout may change between two launches of one test) and the launches."""
     return {k: v for k, v in run_files.read_json(run_dir / run_files.SUMMARY).items()
-            if not k.startswith(("time/", "memory/")) and k != "git_commit"}
+            if not k.startswith(("time/", "memory/")) and k not in ("git_commit", "git_dirty", "launches")}
+
+
+def assert_launches(run_dir: Path, kept: int) -> None:
+    """The summary counts ``kept`` launches, each with its code and its seconds, and its total wall time is theirs:
+    more than the last launch's alone when an earlier one's work was kept."""
+    s = run_files.read_json(run_dir / run_files.SUMMARY)
+    launches = s["launches"]
+    assert len(launches) == kept
+    assert all(launch["wall_s"] > 0 and launch["started"] for launch in launches)
+    assert launches[-1]["git_commit"] == s["git_commit"] and launches[-1]["git_dirty"] == s["git_dirty"]
+    assert s["time/total_s"] == pytest.approx(sum(launch["wall_s"] for launch in launches))
+    assert launches[-1]["wall_s"] <= s["time/launch_s"]
+    if kept > 1:
+        assert s["time/total_s"] > s["time/launch_s"]
 
 
 def checkpoints(run_dir: Path) -> list[str]:
@@ -163,6 +177,7 @@ def straight(agon_cache, tmp_path_factory) -> Path:
     assert steps(run_dir) == [1, 2, 3, 4]
     assert checkpoints(run_dir) == ["latest", "step_2", "step_4"]
     assert_consistent(run_dir, 4)
+    assert_launches(run_dir, 1)
     return run_dir
 
 
@@ -214,6 +229,8 @@ def test_a_run_killed_at_each_edge_and_launched_again_ends_with_the_records_of_a
     assert summary(run_dir) == summary(straight) and adapter_bytes(run_dir) == adapter_bytes(straight)
     assert checkpoints(run_dir) == checkpoints(straight)  # no partial write left, none pruned too many or too few
     assert_consistent(run_dir, 4)
+    # a resumed run's time and code are both launches'; one started over, or reused, is one launch's
+    assert_launches(run_dir, 2 if edge.resumed else 1)
 
 
 def test_trainer_resume_never_starts_afresh_leaving_no_summary_or_checkpoint_of_the_run_before_to_resume(

@@ -421,6 +421,15 @@ NAMED = [
                  "tests/test_resume.py::test_a_run_killed_at_each_edge_and_launched_again_ends_with_the_records_of_"
                  "an_uninterrupted_run_each_once[mid-step]",
            ]),
+    Mutant("wall_time_of_the_last_launch_only", "agon/run.py",
+           "a resumed run's time/total_s counts only the launch that finished it, not the launches whose work it "
+           "kept (the pilot's GRPO run read 1.3 h for 2.2 h of steps)",
+           '"time/total_s": trainer.wall_seconds(),',
+           '"time/total_s": time.time() - t0,',
+           tests=[
+                 "tests/test_resume.py::test_a_run_killed_at_each_edge_and_launched_again_ends_with_the_records_of_"
+                 "an_uninterrupted_run_each_once[mid-step]",
+           ]),
     Mutant("stale_summary_kept_when_records_forgotten", "agon/recorder.py",
            "the records are forgotten on resume or start-over but summary.json stays: a run started afresh and kill"
            "ed is then skipped as finished, its records half written",
