@@ -565,7 +565,9 @@ def _notes(table: pd.DataFrame) -> list[str]:
         if math.isnan(r["eval_floor"]):
             floor = "no evaluation floor (the runs' eval rows were not read)"
         else:
-            used = "used" if r["eval_floor"] > r["seed_sd"] else "below it"
+            # one seed per cell: no SD over seeds (df 0) to hold against the floor, and no interval from it
+            used = ("no SD over seeds to compare" if math.isnan(r["seed_sd"])
+                    else "used" if r["eval_floor"] > r["seed_sd"] else "below it")
             floor = f"evaluation floor {_sd(r['eval_floor'], metric)}, {used}"
         pools.append(f"{_sd(r['pooled_sd'], metric)} {unit} on {what} (seeds {_sd(r['seed_sd'], metric)}, df "
                      f"{int(r['pooled_df'])}; {floor})")

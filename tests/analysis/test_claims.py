@@ -261,6 +261,11 @@ def test_the_pooled_sd_is_never_below_the_evaluation_floor():
     wide["run_id"] = runs["run_id"]
     row = claims_table(wide, evals=evals).iloc[0]
     assert row["pooled_sd"] == pytest.approx(0.2) and row["eval_floor"] < row["pooled_sd"]
+    assert f"evaluation floor {100 * floor:.1f}, below it)" in claims_markdown(claims_table(wide, evals=evals))
+    # one seed per cell: no SD over seeds, so the notes do not call the floor above or below one
+    single = runs[runs["seed"] == 0]
+    md = claims_markdown(claims_table(single, evals=evals[evals["run_id"].isin(single["run_id"])]))
+    assert f"(seeds n/a, df 0; evaluation floor {100 * floor:.1f}, no SD over seeds to compare)" in md
 
 
 def test_trace_length_is_judged_on_its_change_from_the_start():
