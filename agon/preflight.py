@@ -158,7 +158,9 @@ def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, samp
     """The longest prompt in tokens; ConfigError when it plus ``max_new_tokens`` does not fit ``context``.
 
     Rendered: the held-out problems that will be scored and the ``sample`` longest training problems (by
-    characters), each as the drafter's prompt and as the challenger's prompt with an empty recap.
+    characters), each as the drafter's prompt and as the challenger's prompt with an empty recap. Under
+    ``exchange=latent`` with ``exchange.span=trace`` the challenger reads its plain prompt after the drafter's prompt
+    and reasoning (``agon.latent``), so it needs room for that prompt twice at the least; the result counts both.
     """
     heldout = list(task.heldout_problems())[: cfg.eval.n_problems]
     train = sorted(task.train_problems(), key=lambda p: len(p.question), reverse=True)[:sample]
@@ -171,6 +173,11 @@ def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, samp
         messages += [task.challenge_message(p, "") for p in problems]
     lengths = [len(ids) for ids in tokenizer([render_chat(tokenizer, m, system, thinking) for m in messages],
                                              add_special_tokens=False)["input_ids"]]
+    what = "the longest prompt"
+    if cfg.exchange.mode == "latent" and cfg.exchange.span == "trace":
+        # the shortest trace prefix is the drafter's own prompt (a draft that closed its reasoning at once)
+        lengths = [2 * n for n in lengths]
+        what = "the longest prompt read after its drafter's prompt (exchange=latent, exchange.span=trace)"
     longest = max(lengths)
     which = problems[lengths.index(longest) % len(problems)].id
     for key, new in (("trainer.max_new_tokens", cfg.trainer.max_new_tokens),
@@ -183,8 +190,10 @@ def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, samp
             longer = f"raise model.tiny.max_position to at least {longest + new}" if tiny else \
                 "use a model with a longer context"
             knobs = "task.instruction" + (", task.dataset_args" if "dataset_args" in task.cfg else "")
+            if what != "the longest prompt":
+                knobs += ", exchange.span=recap"
             raise ConfigError(
-                f"the longest prompt ({longest} tokens, problem {which}) plus {key}={new} is {longest + new} "
+                f"{what} ({longest} tokens, problem {which}) plus {key}={new} is {longest + new} "
                 f"tokens, more than the model's context of {context} ({where}). To fix it: {fix}{longer}, or "
                 f"shorten the prompts ({knobs}).")
     return longest

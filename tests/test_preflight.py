@@ -74,7 +74,19 @@ def test_the_check_measures_the_longest_rendered_prompt_of_either_role():
         OmegaConf.update(cfg, "eval.max_new_tokens", 250)
         check_context(cfg, task, tok, context=256)
     hidden = compose_config(["exchange=hidden", "task.heldout_size=20", "task.train_size=200"])
-    assert check_context(hidden, build_task(hidden.task), tok, context=256) < longest
+    plain = check_context(hidden, build_task(hidden.task), tok, context=256)
+    assert plain < longest
+    # a latent recap can be empty, so its challenger needs the plain prompt's room; a trace holds the drafter's
+    # prompt, so the same prompt twice
+    latent = ["exchange=latent", "task.heldout_size=20", "task.train_size=200", "trainer.max_new_tokens=64",
+              "eval.max_new_tokens=64"]
+    recap = compose_config(latent + ["exchange.span=recap"])
+    assert check_context(recap, build_task(recap.task), tok, context=256) == plain
+    trace = compose_config(latent + ["exchange.span=trace"])
+    assert check_context(trace, build_task(trace.task), tok, context=256) == 2 * plain
+    with pytest.raises(ConfigError, match=r"after its drafter's prompt.*exchange\.span=recap"):
+        check_context(trace, build_task(trace.task), tok, context=2 * plain + 63)
+    assert check_context(recap, build_task(recap.task), tok, context=2 * plain + 63) == plain
 
 
 def test_an_unreachable_hub_is_probed_once_then_the_run_goes_offline_and_names_the_missing_model(
