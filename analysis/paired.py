@@ -43,9 +43,15 @@ Between arms (``budget_table``): each run's held-out accuracy curve (``eval/accu
 the evaluation before training; the evaluations' own tokens are not counted): at the largest x every run reaches,
 each arm's mean over seeds and each pair of arms' difference, Student's t with the SD pooled over every arm's seeds
 (``analysis.claims.pooled_sd``), never below the largest binomial SD sqrt(a (1 - a) / (problems x samples)) of the
-evaluations the runs' values are read between. The interim evaluations are smaller than the final one (100 x 4
-against 300 x 16 in sweeps/results_target_sum.yaml) and their rows are not packed, so the binomial SD stands in for
-their evaluation SD (it is larger: it counts the problems' spread too).
+evaluations the runs' values are read between. The interim evaluations are smaller than the ones before and after
+training (100 x 4 against 300 x 16 in sweeps/results_target_sum.yaml: the first 100 held-out problems, which need
+not be as hard as all 300). Where the runs are not all read at evaluations of one size (``one_design_at``; at equal
+steps the arms' final evaluations are), each curve is first put on one design (``on_smallest_design``): its larger
+points are recomputed from the packed rows on the problems and samples of its smallest evaluation. Otherwise an arm
+read at its final point (GRPO at its last step's tokens) would be compared with an arm read between interim points
+on other problems (on the study's first seeds the first 100 problems were 2-3 points easier at the start, and at the
+end 1 point easier for Agon but 3 harder for GRPO). The interim rows are not packed, so the binomial SD stands in
+for their evaluation SD (it is larger: it counts the problems' spread too).
 
 Left out on purpose: a bootstrap over problems (a t interval on 300 clusters is what a reader can redo by hand from
 the per-problem means); the change of the per-order differences, the conversion rates and the regression (the
@@ -67,7 +73,7 @@ import pandas as pd
 
 from analysis.claims import pooled_interval, pooled_sd
 from analysis.load import Runs
-from analysis.tables import final_evaluation
+from analysis.tables import final_evaluation, headline_rows
 
 # the kinds of a wrong draft's recap, in the order the tables list them
 KINDS = ("dead_end", "extendable", "wrong_numbers", "no_answer")
@@ -384,8 +390,8 @@ def arm_outcomes(runs: pd.DataFrame, arm: str = "cell_key", level: float = 0.95)
     """One row per arm (``arm``: the column that names it) of ``runs`` (``runs_with_outcomes``, complete runs) and
     metric: ``arm``, ``metric``, and ``arm_interval``'s mean, low, high, seeds, seed_sd and floor, for each metric
     with an interval (``INTERVAL_METRICS``, their values at the start and changes since then, and the per-order
-    differences); and the mean over seeds of every other ``paired/`` column (rates, counts: summed counts would hide how the seeds differ) with nan bounds. An arm
-    without a metric (GRPO: no cascade) has no row for it."""
+    differences); and the mean over seeds of every other ``paired/`` column (rates, counts: summed counts would
+    hide how the seeds differ) with nan bounds. An arm without a metric (GRPO: no cascade) has no row for it."""
     metrics = [c for c in runs.columns if c.startswith("paired/") and not c.endswith(("_se", "_low", "_high", "_df"))]
     rows = []
     for key, group in runs.groupby(arm, sort=False):
@@ -414,20 +420,49 @@ X_AXES = {"train/step": "steps", "train/generated_tokens": "generated tokens"}
 def eval_curve(steps: pd.DataFrame, x: str, metric: str = "eval/accuracy") -> pd.DataFrame:
     """One run's evaluations from its ``steps`` rows (``analysis.load``'s steps frame, one row per ``train/step``):
     columns ``x`` (``train/step`` or ``train/generated_tokens``; tokens 0 at the evaluation before training, where
-    none were generated yet), ``value`` (``metric``) and ``n`` (problems x samples of that evaluation, nan where not
-    logged), sorted by ``x``."""
+    none were generated yet), ``value`` (``metric``), ``n`` (problems x samples of that evaluation, nan where not
+    logged), ``problems``, ``samples`` and ``step``, sorted by ``x``."""
+    columns = [x, "value", "n", "problems", "samples", "step"]
     rows = steps.dropna(subset=[metric]) if metric in steps else steps.iloc[:0]
     if x not in rows:
-        return pd.DataFrame(columns=[x, "value", "n"])
+        return pd.DataFrame(columns=columns)
     position = pd.to_numeric(rows[x], errors="coerce")
     if x == "train/generated_tokens":
         position = position.where(~(rows["train/step"].eq(0) & position.isna()), 0.0)
-    size = (pd.to_numeric(rows["eval/n_problems"], errors="coerce") * pd.to_numeric(rows["eval/samples"],
-                                                                                      errors="coerce")
-            if {"eval/n_problems", "eval/samples"} <= set(rows.columns) else pd.Series(math.nan, rows.index))
+
+    def logged(key: str) -> np.ndarray:
+        return (pd.to_numeric(rows[key], errors="coerce") if key in rows else pd.Series(math.nan, rows.index)
+                ).to_numpy(float)
+
+    problems, samples = logged("eval/n_problems"), logged("eval/samples")
     curve = pd.DataFrame({x: position.to_numpy(float), "value": pd.to_numeric(rows[metric]).to_numpy(float),
-                          "n": size.to_numpy(float)}).dropna(subset=[x])
+                          "n": problems * samples, "problems": problems, "samples": samples,
+                          "step": logged("train/step")}, columns=columns).dropna(subset=[x])
     return curve.sort_values(x, kind="stable").reset_index(drop=True)
+
+
+def on_smallest_design(curve: pd.DataFrame, rows: pd.DataFrame, run: Any) -> pd.DataFrame:
+    """A run's accuracy ``eval_curve`` with every point on the design of its smallest evaluation (module
+    docstring): each larger point whose evaluation ``rows`` holds (the run's eval rows; packed results keep the
+    start's and the final's) recomputed as the headline accuracy (``analysis.tables.headline_rows``: the mean over
+    the headline orders of their final stage) of its first ``problems`` problems, in the order the evaluation played
+    them (the held-out order, which every evaluation's first problems follow), and samples 0 to ``samples`` - 1;
+    ``n`` then that design's. A larger point with no rows to recompute from stays as logged (``budget_table`` counts
+    those it reads)."""
+    sized = curve.dropna(subset=["problems", "samples"])
+    if sized.empty:
+        return curve
+    smallest = sized.loc[sized["n"].idxmin()]
+    problems, samples = int(smallest["problems"]), int(smallest["samples"])
+    curve = curve.copy()
+    for i in curve.index[curve["n"] > problems * samples]:
+        evaluation = rows[rows["step"] == curve.at[i, "step"]] if "step" in rows else rows.iloc[:0]
+        first = list(dict.fromkeys(evaluation["problem_id"]))[:problems] if len(evaluation) else []
+        subset = headline_rows(evaluation[evaluation["problem_id"].isin(first) & (evaluation["sample"] < samples)],
+                               run) if first else evaluation
+        if len(subset):
+            curve.loc[i, ["value", "n"]] = float(subset.groupby("order")["correct"].mean().mean()), problems * samples
+    return curve
 
 
 def read_curve(curve: pd.DataFrame, x: str, at: float) -> tuple[float, float]:
@@ -438,10 +473,27 @@ def read_curve(curve: pd.DataFrame, x: str, at: float) -> tuple[float, float]:
     if not len(xs) or at < xs[0] or at > xs[-1]:
         return math.nan, math.nan
     value = float(np.interp(at, xs, ys))
-    hi = int(np.searchsorted(xs, at, side="left"))
-    around = [hi] if xs[hi] == at else [hi - 1, hi]
-    sds = [math.sqrt(ys[i] * (1 - ys[i]) / ns[i]) for i in around if ns[i] > 0]
+    sds = [math.sqrt(ys[i] * (1 - ys[i]) / ns[i]) for i in around(xs, at) if ns[i] > 0]
     return value, max(sds) if sds else math.nan
+
+
+def around(xs: np.ndarray, at: float) -> list[int]:
+    """The indices of the evaluations a curve is read between at ``at`` (the one there, where one is); ``xs``
+    sorted, ``at`` within them."""
+    hi = int(np.searchsorted(xs, at, side="left"))
+    return [hi] if xs[hi] == at else [hi - 1, hi]
+
+
+def one_design_at(curves: Iterable[pd.DataFrame], x: str, at: float) -> bool:
+    """Whether every curve has an evaluation exactly at ``at`` and all of them are of one size (the study's arms at
+    their common last step: every run's final evaluation), so that they compare as logged, at full size."""
+    sizes = set()
+    for c in curves:
+        there = c[c[x] == at]
+        if there.empty:
+            return False
+        sizes.add(float(there["n"].iloc[-1]))
+    return len(sizes) == 1 and not any(math.isnan(n) for n in sizes)
 
 
 def common_reach(curves: Iterable[pd.DataFrame], x: str) -> float:
@@ -451,17 +503,21 @@ def common_reach(curves: Iterable[pd.DataFrame], x: str) -> float:
 
 
 def budget_table(steps: pd.DataFrame, runs: pd.DataFrame, arm: str = "cell_key", metric: str = "eval/accuracy",
-                 level: float = 0.95) -> pd.DataFrame:
+                 level: float = 0.95, evals: pd.DataFrame | None = None) -> pd.DataFrame:
     """Arms compared at equal steps and at equal generated tokens (module docstring): for each x of ``X_AXES``, at
-    ``common_reach`` of the complete ``runs``' curves (``steps``: analysis.load's steps frame), one row per arm
-    (``kind`` "arm": ``left`` the arm, its mean over seeds and ``seeds``) and one per pair of arms in the runs'
-    order (``kind`` "difference": ``left`` minus ``right``, its interval ``low``/``high``). Columns: x, at, kind,
-    left, right, value, low, high, seeds, pooled_sd, floor. Empty without curves."""
-    columns = ["x", "at", "kind", "left", "right", "value", "low", "high", "seeds", "pooled_sd", "floor"]
+    ``common_reach`` of the complete ``runs``' curves (``steps``: analysis.load's steps frame; with ``evals``, the
+    runs' eval rows, each accuracy curve put on its smallest evaluation's design, ``on_smallest_design``), one row
+    per arm (``kind`` "arm": ``left`` the arm, its mean over seeds and ``seeds``) and one per pair of arms in the
+    runs' order (``kind`` "difference": ``left`` minus ``right``, its interval ``low``/``high``). Columns: x, at,
+    kind, left, right, value, low, high, seeds, pooled_sd, floor, and ``mixed``: the count of the evaluations read
+    at that x that stayed on a larger design than their curve's smallest (no rows to recompute them from, as without
+    ``evals``). Empty without curves."""
+    columns = ["x", "at", "kind", "left", "right", "value", "low", "high", "seeds", "pooled_sd", "floor", "mixed"]
     done = runs[runs["status"] == "complete"] if "status" in runs else runs
     if done.empty or steps.empty or "run_id" not in steps:
         return pd.DataFrame(columns=columns)
     by_run = dict(tuple(steps.groupby("run_id", sort=False)))
+    rows_of = dict(tuple(evals.groupby("run_id", sort=False))) if evals is not None and "run_id" in evals else {}
     out = []
     for x in X_AXES:
         curves = {r: eval_curve(by_run[r], x, metric) for r in done["run_id"] if r in by_run}
@@ -469,6 +525,15 @@ def budget_table(steps: pd.DataFrame, runs: pd.DataFrame, arm: str = "cell_key",
         at = common_reach(curves.values(), x)
         if math.isnan(at):
             continue
+        mixed = 0
+        if metric == "eval/accuracy" and not one_design_at(curves.values(), x, at):
+            for r, c in curves.items():
+                sizes = c["n"].dropna()
+                if len(sizes) and sizes.max() > sizes.min():
+                    curves[r] = on_smallest_design(c, rows_of.get(r, pd.DataFrame()), done[done["run_id"] == r].iloc[0])
+                    # points read here that had no rows to put on the smallest design
+                    ns = curves[r]["n"].to_numpy(float)
+                    mixed += sum(ns[i] > sizes.min() for i in around(curves[r][x].to_numpy(float), at))
         read = {r: read_curve(c, x, at) for r, c in curves.items()}
         arms = {key: np.array([read[r][0] for r in group["run_id"] if r in read])
                 for key, group in done.groupby(arm, sort=False)}
@@ -479,14 +544,15 @@ def budget_table(steps: pd.DataFrame, runs: pd.DataFrame, arm: str = "cell_key",
         used = sd if math.isnan(floor) or math.isnan(sd) else max(sd, floor)
         for key, values in arms.items():
             out.append({"x": x, "at": at, "kind": "arm", "left": key, "right": None, "value": float(values.mean()),
-                        "low": math.nan, "high": math.nan, "seeds": len(values), "pooled_sd": used, "floor": floor})
+                        "low": math.nan, "high": math.nan, "seeds": len(values), "pooled_sd": used, "floor": floor,
+                        "mixed": mixed})
         keys = list(arms)
         for i, left in enumerate(keys):
             for right in keys[i + 1:]:
                 diff, low, high = pooled_interval(arms[left], arms[right], used, df, level)
                 out.append({"x": x, "at": at, "kind": "difference", "left": left, "right": right, "value": diff,
                             "low": low, "high": high, "seeds": f"{len(arms[left])} vs {len(arms[right])}",
-                            "pooled_sd": used, "floor": floor})
+                            "pooled_sd": used, "floor": floor, "mixed": mixed})
     return pd.DataFrame(out, columns=columns)
 
 
@@ -618,9 +684,15 @@ def paired_markdown(runs: pd.DataFrame, arms: pd.DataFrame, budget: pd.DataFrame
                 what = f"{label.get(r['left'], r['left'])} − {label.get(r['right'], r['right'])}"
                 value = _with_interval({"v": r["value"], "v_low": r["low"], "v_high": r["high"]}, "v")
             lines.append(f"| {at} | {what} | {r['seeds']} | {value} | {_pts(r['pooled_sd'])} |")
+        mixed = int(budget["mixed"].max()) if "mixed" in budget and budget["mixed"].notna().any() else 0
+        design = (f" {mixed} larger evaluation(s) had no rows to recompute them from and stay as logged, so those "
+                  "curves mix designs." if mixed else "")
         lines += ["", "- At the largest step and the largest count of generated tokens (cumulative over training; "
-                  "the evaluations' own are not counted) that every run reaches; the interim evaluations may be "
-                  "smaller than the final one."]
+                  "the evaluations' own are not counted) that every run reaches. Each run's curve is read on the "
+                  "design of its smallest evaluation (the evaluations before and after training recomputed from "
+                  "their rows on the interim evaluations' first problems and samples: analysis.paired."
+                  "on_smallest_design), unless every run is read at an evaluation of one size (the arms' final "
+                  f"evaluations at equal steps), which is read as logged.{design}"]
     return "\n".join(lines) + "\n"
 
 
@@ -641,7 +713,7 @@ def write_paired(data: Runs, out_dir: str | Path, level: float = 0.95) -> list[P
     runs = data.runs[data.runs["status"] == "complete"] if "status" in data.runs else data.runs
     runs = runs_with_outcomes(runs, data.evals, level)
     arms = arm_outcomes(runs, "cell_key", level)
-    budget = budget_table(data.steps, runs, "cell_key", level=level)
+    budget = budget_table(data.steps, runs, "cell_key", level=level, evals=data.evals)
     label = dict(zip(runs["cell_key"], runs["cell"]))
     paths = [out / "paired.md", out / "paired.csv", out / "budget.csv"]
     paths[0].write_text(paired_markdown(runs, arms, budget, label, "cell_key", level))

@@ -167,6 +167,12 @@ def final_rows(evals: pd.DataFrame, run: Any) -> pd.DataFrame:
     which ``analysis.pack`` keeps beside the final one, is never read as a final), in the orders its headline
     accuracy averages."""
     rows = final_evaluation(evals, run["run_id"]) if "run_id" in evals else evals.iloc[:0]
+    return headline_rows(rows, run)
+
+
+def headline_rows(rows: pd.DataFrame, run: Any) -> pd.DataFrame:
+    """The final-stage rows of one evaluation's ``rows`` in the orders ``run``'s headline accuracy averages (its
+    ``headline_orders``; without them, the cascade orders, or every order where there is no cascade)."""
     if rows.empty:
         return rows
     rows = rows[rows["stage"] == "final"]

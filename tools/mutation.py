@@ -726,6 +726,11 @@ NAMED = [
     Mutant("arm_floor_dropped", "analysis/paired.py",
            "an arm's interval over seeds may fall below one run's evaluation SE",
            'max(out["seed_sd"], out["floor"])', 'out["seed_sd"]'),
+    Mutant("budget_mixed_designs", "analysis/paired.py",
+           "arms at equal tokens read off curves that mix the interim design (first 100 problems x 4) with the final "
+           "one (300 x 16): GRPO at its final point against Agon between interim points, on other problems",
+           'if metric == "eval/accuracy" and not one_design_at(curves.values(), x, at):',
+           'if False:'),
 ]
 
 # operator swaps: each site becomes exactly one mutant

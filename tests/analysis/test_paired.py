@@ -356,6 +356,35 @@ def test_the_equal_budget_interval_pools_the_seeds_and_keeps_the_binomial_floor(
     assert (row["value"], row["high"] - row["value"]) == (pytest.approx(-0.11), pytest.approx(half))
 
 
+def test_arms_read_between_designs_are_compared_on_the_smallest_one():
+    """Agon's curve reaches GRPO's last token count at an interim evaluation (2 problems x 1 sample), GRPO's at its
+    final one (3 x 2), whose first 2 problems' sample 0 are all right but whose 6 rows are half right: at equal
+    tokens GRPO reads 1.0, on Agon's design, not the logged 0.5 of other problems; at equal steps both are read at
+    their final evaluations, of one size, as logged. Without the rows the point stays as logged, and is counted."""
+    def run(run_id: str, tokens: list[float], accuracy: list[float]) -> list[dict]:
+        sizes = [(3, 2), (2, 1), (3, 2)]
+        return [{"run_id": run_id, "train/step": s, "train/generated_tokens": t, "eval/accuracy": a,
+                 "eval/n_problems": p, "eval/samples": k}
+                for s, t, a, (p, k) in zip([0, 50, 100], tokens, accuracy, sizes)]
+    steps = pd.DataFrame(run("agon", [math.nan, 2000, 4000], [0.5, 0.6, 0.7])
+                         + run("grpo", [math.nan, 1000, 2000], [0.5, 0.5, 0.5]))
+    runs = pd.DataFrame({"run_id": ["agon", "grpo"], "cell_key": ["agon", "grpo"], "status": "complete"})
+    final = pd.DataFrame({"run_id": "grpo", "step": 100, "phase": "final", "order": "A", "stage": "final",
+                          "problem_id": ["p1", "p1", "p2", "p2", "p3", "p3"], "sample": [0, 1] * 3,
+                          "correct": [1, 0, 1, 0, 0, 0]})
+    assert final["correct"].mean() == 1 / 3 and final[final["sample"] == 0]["correct"].iloc[:2].mean() == 1.0
+    table = budget_table(steps, runs, evals=final).set_index(["x", "kind", "left"]).sort_index()
+    tokens = table.xs(("train/generated_tokens", "arm"))
+    assert tokens.loc["grpo", "value"] == 1.0 and tokens.loc["agon", "value"] == pytest.approx(0.6)
+    assert tokens.loc["grpo", "floor"] == pytest.approx(math.sqrt(0.6 * 0.4 / 2))  # the 2 x 1 design's SD
+    assert tokens.loc["grpo", "mixed"] == 0
+    on_steps = table.xs(("train/step", "arm"))
+    assert on_steps.loc["grpo", "value"] == 0.5 and on_steps.loc["agon", "value"] == 0.7  # both final: as logged
+    bare = budget_table(steps, runs).set_index(["x", "kind", "left"]).sort_index()
+    assert bare.loc[("train/generated_tokens", "arm", "grpo"), "value"] == 0.5
+    assert bare.loc[("train/generated_tokens", "arm", "grpo"), "mixed"] == 1  # grpo's final, read at 2000
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # within-run claims
 
