@@ -58,7 +58,7 @@ from agon.methods import METHODS
 from analysis.claims import RULES, claims_markdown, claims_table, in_tokens
 from analysis.labels import cell_label
 from analysis.load import Runs, is_ablation, is_baseline, load_runs, newest_multirun
-from analysis.paired import write_paired
+from analysis.paired import eval_curve, on_smallest_design, write_paired
 from analysis.tables import RECAP_SHOWN, cell_interval, format_table, recap_values, results_table, write_tables
 
 # files only, no display (pyplot picks its backend lazily, at the first figure)
@@ -343,12 +343,24 @@ def seed_curves(steps: pd.DataFrame, cell_key: Any, column: str, scale: float = 
     return pd.DataFrame(curves).sort_index()
 
 
-def eval_points(steps: pd.DataFrame, cell_key: Any, scale: float = 100.0) -> pd.DataFrame:
-    """A cell's held-out ``eval/accuracy`` at each evaluation step: one column per seed."""
+def eval_points(steps: pd.DataFrame, cell_key: Any, scale: float = 100.0, runs: pd.DataFrame | None = None,
+                evals: pd.DataFrame | None = None) -> pd.DataFrame:
+    """A cell's held-out ``eval/accuracy`` at each evaluation step: one column per seed. Given the ``runs`` and their
+    ``evals`` rows, a run whose interim evaluations are smaller than its first and last has every point on its
+    smallest design (``analysis.paired.on_smallest_design``), so its curve does not step between problem sets."""
     if "eval/accuracy" not in steps or "cell_key" not in steps:
         return pd.DataFrame()
     rows = _by_seed(steps[steps["cell_key"] == cell_key].dropna(subset=["eval/accuracy"]))
-    return rows.pivot_table(index="train/step", columns="_seed", values="eval/accuracy", aggfunc="mean") * scale
+    if rows.empty or "run_id" not in rows:
+        return rows.pivot_table(index="train/step", columns="_seed", values="eval/accuracy", aggfunc="mean") * scale
+    per_run = []
+    for run_id, run_rows in rows.groupby("run_id", sort=False):
+        curve = eval_curve(run_rows, "train/step")
+        run = runs[runs["run_id"] == run_id] if runs is not None and "run_id" in runs else pd.DataFrame()
+        if len(run) and evals is not None and "run_id" in evals and curve["n"].nunique() > 1:
+            curve = on_smallest_design(curve, evals[evals["run_id"] == run_id], run.iloc[0])
+        per_run.append(curve.assign(_seed=run_rows["_seed"].iloc[0]))
+    return pd.concat(per_run).pivot_table(index="train/step", columns="_seed", values="value", aggfunc="mean") * scale
 
 
 def reference_cell(data: Runs) -> Any:
@@ -386,7 +398,7 @@ def training_curves_figure(data: Runs, table: pd.DataFrame) -> plt.Figure:
         marker = CELL_MARKERS[k % len(CELL_MARKERS)]
         acc = seed_curves(steps, row["cell_key"], "train/accuracy", 100)
         length = seed_curves(steps, row["cell_key"], "train/final_trace_tokens")
-        evals = eval_points(steps, row["cell_key"])
+        evals = eval_points(steps, row["cell_key"], runs=data.runs, evals=data.evals)
         if acc.empty and length.empty and evals.empty:
             continue
         if not acc.empty:

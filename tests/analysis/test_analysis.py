@@ -808,3 +808,21 @@ def test_latent_cells_are_labelled_by_their_span_and_ordered_after_visible_and_h
     assert ordered == ["v", "h", "r", "t"]
     styles = [cell_style(runs.loc[i], baseline_colors(runs.reset_index())) for i in ordered]
     assert len({(s["hatch"], str(s["linestyle"])) for s in styles}) == 4
+
+
+def test_the_held_out_panel_puts_a_run_on_its_smallest_evaluation_design():
+    """Evaluations at steps 0 and 100 of 3 problems x 2 samples and one at 50 of 2 x 1: the panel shows the first
+    and last on the 2 x 1 design, recomputed from their rows (the first 2 problems' sample 0), not as logged; a
+    run without rows stays as logged."""
+    from analysis.figures import eval_points
+
+    steps = pd.DataFrame({"run_id": "r", "cell_key": "agon", "seed": 0, "train/step": [0, 50, 100],
+                          "eval/accuracy": [0.5, 0.5, 0.5], "eval/n_problems": [3, 2, 3], "eval/samples": [2, 1, 2]})
+    runs = pd.DataFrame({"run_id": ["r"], "cell_key": ["agon"]})
+    rows = pd.DataFrame({"run_id": "r", "order": "A", "stage": "final", "step": [0] * 6 + [100] * 6,
+                         "problem_id": ["p1", "p1", "p2", "p2", "p3", "p3"] * 2, "sample": [0, 1] * 6,
+                         "correct": [1, 0, 0, 0, 1, 1] + [1, 0, 1, 0, 0, 0]})
+    points = eval_points(steps, "agon", runs=runs, evals=rows)
+    assert list(points.index) == [0, 50, 100]
+    assert list(points.iloc[:, 0]) == [pytest.approx(50.0), pytest.approx(50.0), pytest.approx(100.0)]
+    assert list(eval_points(steps, "agon").iloc[:, 0]) == [50.0, 50.0, 50.0]
