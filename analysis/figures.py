@@ -59,6 +59,7 @@ from analysis.claims import RULES, claims_markdown, claims_table, in_tokens
 from analysis.labels import cell_label
 from analysis.load import Runs, is_ablation, is_baseline, load_runs, newest_multirun
 from analysis.paired import eval_curve, on_smallest_design, write_paired
+from analysis.patterns import write_patterns
 from analysis.tables import RECAP_SHOWN, cell_interval, format_table, recap_values, results_table, write_tables
 
 # files only, no display (pyplot picks its backend lazily, at the first figure)
@@ -672,6 +673,7 @@ def make_figures(data: Runs, out_dir: str | Path = "figures") -> list[Path]:
     paths += write_tables(data, out)
     # within-run outcomes of the cascades, and the arms at equal steps and tokens: where some run has a cascade
     paths += write_paired(data, out)
+    paths += write_patterns(data, out)
     if not claims.empty:
         paths.append(out / "claims.md")
         paths[-1].write_text(claims_markdown(claims))

@@ -7,13 +7,14 @@ they are drawn from the same tables.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pytest
 
 from analysis import load_runs
 from analysis.claims import CLAIMS, DESCRIPTION, claims_markdown, claims_table
+from analysis.paired import write_paired
+from analysis.patterns import solutions, write_patterns
 from analysis.tables import final_rows, write_tables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +50,15 @@ def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
     page = (REPO / "docs" / "results.md").read_text()
     for name in ("table.md", "diagnostic.md", "claims.md"):
         assert (tmp_path / name).read_text() == (committed / name).read_text(), f"docs/results/{task}/{name}"
+    # the within-run outcomes and the walls by sign pattern: the target-sum study's (grids packed before them have
+    # neither; where one is committed it is what the runs give)
+    write_paired(data, tmp_path)
+    write_patterns(data, tmp_path)
+    if task.startswith("target_sum"):
+        assert (committed / "paired.md").is_file() and (committed / "patterns.md").is_file()
+    for name in ("paired.md", "patterns.md"):
+        if (committed / name).is_file():
+            assert (tmp_path / name).read_text() == (committed / name).read_text(), f"docs/results/{task}/{name}"
     # the page quotes the tables as drawn: the results table (less its caption) and the claims, row for row
     table_rows = (tmp_path / "table.md").read_text().split("\n\n", 1)[1].strip()
     assert table_rows in page
@@ -145,18 +155,6 @@ def test_only_claims_written_before_their_runs_get_verdicts_on_the_packed_grids(
     assert len(before) == (0 if task == "exchange" else 7)
 
 
-def _sign_patterns(problem_id: str) -> tuple[int, list[str]]:
-    """(operand count, the sign patterns that reach the target) of a target-sum problem such as ``2?1?2?1=4``."""
-    left, target = problem_id.split("=")
-    operands = [int(x) for x in left.split("?")]
-    solutions = []
-    for signs in itertools.product("+-", repeat=len(operands) - 1):
-        value = operands[0] + sum(o if s == "+" else -o for s, o in zip(signs, operands[1:]))
-        if value == int(target):
-            solutions.append("".join(signs))
-    return len(operands), solutions
-
-
 def test_the_target_sum_pilots_chance_levels_walls_and_costs_are_what_its_records_give():
     """The pilot's prose: chance levels counted from the held-out problems, the per-pattern table from the final
     evaluations' rows, and the figures quoted from the metrics (groups without reward spread, the compute match,
@@ -168,15 +166,15 @@ def test_the_target_sum_pilots_chance_levels_walls_and_costs_are_what_its_record
     # the final evaluation's final stage (a run packed with its start evaluation's rows holds those too)
     final = evals[(evals["stage"] == "final") & (evals["phase"] == "final")]
     problems = sorted(final["problem_id"].unique())
-    chance = {pid: len(_sign_patterns(pid)[1]) / 2 ** (_sign_patterns(pid)[0] - 1) for pid in problems}
-    by_count = {n: [chance[p] for p in problems if _sign_patterns(p)[0] == n] for n in (3, 4)}
+    chance = {pid: len(solutions(pid)[1]) / 2 ** (solutions(pid)[0] - 1) for pid in problems}
+    by_count = {n: [chance[p] for p in problems if solutions(p)[0] == n] for n in (3, 4)}
     assert (f"solves {100 * sum(chance.values()) / len(problems):.1f}% of the {len(problems)} held-out problems: "
             f"{100 * sum(by_count[3]) / len(by_count[3]):.1f}% of the {len(by_count[3])} with 3 operands and "
             f"{100 * sum(by_count[4]) / len(by_count[4]):.1f}% of the {len(by_count[4])} with 4") in page
     # the per-pattern table, row by row, over the problems with one solution
-    single = final.assign(pattern=final["problem_id"].map(lambda p: _sign_patterns(p)[1]))
+    single = final.assign(pattern=final["problem_id"].map(lambda p: solutions(p)[1]))
     single = single[single["pattern"].map(len) == 1].assign(pattern=lambda f: f["pattern"].str[0])
-    single["operands"] = single["problem_id"].map(lambda p: _sign_patterns(p)[0])
+    single["operands"] = single["problem_id"].map(lambda p: solutions(p)[0])
     single["who"] = single["method"] + ":" + single["order"].replace({"A>B": "cascade", "B>A": "cascade"})
     acc = single.groupby(["operands", "pattern", "who"])["correct"].mean()
     for (n, pattern), rows in single[single["who"] == "grpo:A"].groupby(["operands", "pattern"]):
@@ -184,7 +182,7 @@ def test_the_target_sum_pilots_chance_levels_walls_and_costs_are_what_its_record
         row = f"| {n} | `{pattern}` | {rows['problem_id'].nunique()} | {100 / 2 ** (n - 1):.1f} | " + " | ".join(cells)
         assert row + " |" in page, row
     grpo_rows = final[final["method"] == "grpo"]
-    for n, share in grpo_rows.groupby(grpo_rows["problem_id"].map(lambda p: _sign_patterns(p)[0]))["correct"]:
+    for n, share in grpo_rows.groupby(grpo_rows["problem_id"].map(lambda p: solutions(p)[0]))["correct"]:
         assert f"{100 * share.mean():.1f}% of the {n}-operand" in page
     # training rows: groups without reward spread, generated tokens, time
     steps = data.steps.assign(method=data.steps["run_id"].map(method))
