@@ -77,6 +77,7 @@ TESTS = {
     "analysis/claims.py": ["tests/analysis/test_claims.py", "tests/analysis/test_results.py",
                            "tests/analysis/test_paired.py"],
     "analysis/paired.py": ["tests/analysis/test_paired.py"],
+    "analysis/patterns.py": ["tests/analysis/test_patterns.py"],
     "analysis/figures.py": ["tests/analysis/test_analysis.py", "tests/analysis/test_pack.py"],
     "analysis/pack.py": ["tests/analysis/test_pack.py"],
     "analysis/callbacks.py": ["tests/analysis/test_analysis.py", "tests/test_sweep.py"],
@@ -726,6 +727,9 @@ NAMED = [
     Mutant("arm_floor_dropped", "analysis/paired.py",
            "an arm's interval over seeds may fall below one run's evaluation SE",
            'max(out["seed_sd"], out["floor"])', 'out["seed_sd"]'),
+    Mutant("pattern_chance_off_by_a_sign", "analysis/patterns.py",
+           "a pattern's chance counted over 2^n sign patterns, not the 2^(n - 1) a row of n operands has",
+           'keys["chance"] = 1 / 2 ** (keys["operands"] - 1)', 'keys["chance"] = 1 / 2 ** keys["operands"]'),
     Mutant("budget_mixed_designs", "analysis/paired.py",
            "arms at equal tokens read off curves that mix the interim design (first 100 problems x 4) with the final "
            "one (300 x 16): GRPO at its final point against Agon between interim points, on other problems",
