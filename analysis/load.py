@@ -301,6 +301,18 @@ def start_metrics(rec: RunRecord) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k.startswith("eval/") and (_number(v) or v is None)}
 
 
+def _model_label(model: dict) -> str:
+    """``agon.run.model_label`` of a run's resolved ``model`` config; its name where the family is not known here."""
+    from omegaconf import OmegaConf
+
+    from agon.run import model_label
+
+    try:
+        return model_label(OmegaConf.create(model))
+    except (KeyError, ValueError):  # a family registered by a plugin this process did not import
+        return str(model["name"])
+
+
 def _run_row(rec: RunRecord) -> dict:
     summary, config = rec.summary or {}, rec.config or {}
     axes = {}
@@ -313,6 +325,9 @@ def _run_row(rec: RunRecord) -> dict:
     # held model_label keep model.name
     if summary.get("model_label"):
         axes["model"] = summary["model_label"]
+    elif rec.summary is None and isinstance(config.get("model"), dict) and config["model"].get("name"):
+        # a run still training, named as its summary will name it: it joins its cell, not a row of its own
+        axes["model"] = _model_label(config["model"])
     applicable = _applicable(axes["method"], summary)
     for axis in METHOD_AXES:
         if axis not in applicable:

@@ -203,6 +203,7 @@ def write_run(root: Path, rel: str, spec: dict) -> None:
         "init": "divergent",
         "task": "arithmetic",
         "model": "tiny",
+        "model_label": "tiny (offline)",
         "experiment": None,
         "seed": spec["seed"],
         "overrides": ",".join(overrides),

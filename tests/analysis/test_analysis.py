@@ -418,15 +418,16 @@ def test_several_settings_are_labelled_and_matched_to_the_paper(tmp_path):
     shutil.copytree(GRID / "2_exchange=hidden,reward=competitive", run)
     (run.parent / "multirun.yaml").write_text("hydra: {}\n")
     summary = json.loads((run / "summary.json").read_text())
-    (run / "summary.json").write_text(json.dumps({**summary, "task": "deepmath_hard", "model": "qwen3_0.6b"}))
+    (run / "summary.json").write_text(json.dumps({**summary, "task": "deepmath_hard", "model": "qwen3_0.6b",
+                                                  "model_label": "Qwen3-0.6B"}))
     data = load_runs([GRID, run])
     table = results_table(data)
     assert {"task", "model"} <= set(table.columns)
-    deepmath = _row(table, "competitive · hidden (deepmath_hard, qwen3_0.6b)")
+    deepmath = _row(table, "competitive · hidden (deepmath_hard, Qwen3-0.6B)")
     assert (deepmath["paper_accuracy"], deepmath["paper_setting"]) == (0.32, "same setting")
     line = next(x for x in to_markdown(table).splitlines() if "deepmath_hard" in x)
     assert "| 32.0 |" in line and "*" not in line  # same setting: not starred
-    assert "(arithmetic, tiny)" in _row(table, "competitive · hidden (arithmetic, tiny)")["cell"]
+    assert "(arithmetic, tiny (offline))" in _row(table, "competitive · hidden (arithmetic, tiny (offline))")["cell"]
 
 
 def test_extra_overrides_split_cells_unless_every_run_shares_them():
@@ -475,8 +476,8 @@ def _write_run(run: Path, summary: dict | None, config: dict) -> Path:
 
 def _summary(method: str, **values) -> dict:
     axes = {"reward": "competitive", "exchange": "visible", "rotation": "alternate", "init": "divergent"}
-    return {"method": method, **axes, "task": "arithmetic", "model": "tiny", "seed": 0, "eval/accuracy": 0.5,
-            "eval/accuracy_at_start": 0.25, **values}  # fmt: skip
+    return {"method": method, **axes, "task": "arithmetic", "model": "tiny", "model_label": "tiny (offline)",
+            "seed": 0, "eval/accuracy": 0.5, "eval/accuracy_at_start": 0.25, **values}  # fmt: skip
 
 
 @pytest.fixture

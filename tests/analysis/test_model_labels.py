@@ -52,6 +52,18 @@ def test_the_model_axis_is_the_recorded_label_else_the_model_name():
     assert runs.loc["old", "model"] == "Qwen/Qwen3-4B"
 
 
+def test_a_run_still_training_is_named_as_its_summary_will_name_it():
+    """No summary.json yet: the model label comes from the run's config, so the run joins its cell's row."""
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.to_container(compose_config(["experiment=target_sum"]), resolve=True)
+    done = _record("done", "agon", "tiny", model_label="tiny (offline)")
+    running = RunRecord(run_id="running", config=config)
+    runs = frames([done, running]).runs.set_index("run_id")
+    assert runs.loc["running", "model"] == runs.loc["done", "model"] == "tiny (offline)"
+    assert runs.loc["running", "status"] == "incomplete"
+
+
 def test_tables_name_the_model_by_its_label():
     data = frames([
         _record("agon", "agon", "Qwen/Qwen3-0.6B", model_label="Qwen3-0.6B"),
