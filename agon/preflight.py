@@ -173,8 +173,9 @@ def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, samp
         messages += [task.challenge_message(p, "") for p in problems]
     lengths = [len(ids) for ids in tokenizer([render_chat(tokenizer, m, system, thinking) for m in messages],
                                              add_special_tokens=False)["input_ids"]]
+    trace = cfg.exchange.mode == "latent" and cfg.exchange.span == "trace"
     what = "the longest prompt"
-    if cfg.exchange.mode == "latent" and cfg.exchange.span == "trace":
+    if trace:
         # the shortest trace prefix is the drafter's own prompt (a draft that closed its reasoning at once)
         lengths = [2 * n for n in lengths]
         what = "the longest prompt read after its drafter's prompt (exchange=latent, exchange.span=trace)"
@@ -190,7 +191,7 @@ def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, samp
             longer = f"raise model.tiny.max_position to at least {longest + new}" if tiny else \
                 "use a model with a longer context"
             knobs = "task.instruction" + (", task.dataset_args" if "dataset_args" in task.cfg else "")
-            if what != "the longest prompt":
+            if trace:
                 knobs += ", exchange.span=recap"
             raise ConfigError(
                 f"{what} ({longest} tokens, problem {which}) plus {key}={new} is {longest + new} "

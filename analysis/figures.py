@@ -358,7 +358,7 @@ def eval_points(steps: pd.DataFrame, cell_key: Any, scale: float = 100.0, runs: 
     for run_id, run_rows in rows.groupby("run_id", sort=False):
         curve = eval_curve(run_rows, "train/step")
         run = runs[runs["run_id"] == run_id] if runs is not None and "run_id" in runs else pd.DataFrame()
-        if len(run) and evals is not None and "run_id" in evals and curve["n"].nunique() > 1:
+        if len(run) and evals is not None and "run_id" in evals:  # a curve of one size comes back as it was
             curve = on_smallest_design(curve, evals[evals["run_id"] == run_id], run.iloc[0])
         per_run.append(curve.assign(_seed=run_rows["_seed"].iloc[0]))
     return pd.concat(per_run).pivot_table(index="train/step", columns="_seed", values="value", aggfunc="mean") * scale

@@ -527,13 +527,11 @@ def budget_table(steps: pd.DataFrame, runs: pd.DataFrame, arm: str = "cell_key",
             continue
         mixed = 0
         if metric == "eval/accuracy" and not one_design_at(curves.values(), x, at):
-            for r, c in curves.items():
-                sizes = c["n"].dropna()
-                if len(sizes) and sizes.max() > sizes.min():
-                    curves[r] = on_smallest_design(c, rows_of.get(r, pd.DataFrame()), done[done["run_id"] == r].iloc[0])
-                    # points read here that had no rows to put on the smallest design
-                    ns = curves[r]["n"].to_numpy(float)
-                    mixed += sum(ns[i] > sizes.min() for i in around(curves[r][x].to_numpy(float), at))
+            for r, c in curves.items():  # a curve of one size comes back as it was
+                curves[r] = on_smallest_design(c, rows_of.get(r, pd.DataFrame()), done[done["run_id"] == r].iloc[0])
+                # points read here that had no rows to put on the smallest design
+                ns = curves[r]["n"].to_numpy(float)
+                mixed += sum(ns[i] > c["n"].min() for i in around(curves[r][x].to_numpy(float), at))
         read = {r: read_curve(c, x, at) for r, c in curves.items()}
         arms = {key: np.array([read[r][0] for r in group["run_id"] if r in read])
                 for key, group in done.groupby(arm, sort=False)}
