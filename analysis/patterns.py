@@ -108,7 +108,8 @@ def patterns_markdown(chance: pd.DataFrame, table: pd.DataFrame, label: dict[Any
     """``patterns.md``: the chance levels, then the per-pattern table in percent."""
     lines = ["Chance: the share of a problem's sign patterns that reach its target, averaged over the problems "
              "evaluated (a pattern drawn at random)", "", "| operands | problems | chance % |", "|---|--:|--:|"]
-    lines += [f"| {r['operands']} | {int(r['problems'])} | {100 * r['chance']:.1f} |" for _, r in chance.iterrows()]
+    # itertuples keeps each column's dtype (iterrows makes a row of one operand count all floats: "4.0")
+    lines += [f"| {r.operands} | {int(r.problems)} | {100 * r.chance:.1f} |" for r in chance.itertuples()]
     arms = [c for c in table.columns if c not in KEYS]
     lines += ["", "Accuracy at the final evaluation by the sign pattern of the problem's only solution (problems "
               "with one solution; the mean over each arm's runs; chance is one pattern in 2^(operands - 1))", "",

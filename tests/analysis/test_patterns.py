@@ -55,5 +55,9 @@ def test_make_figures_writes_the_tables_for_target_sum_runs_only(tmp_path):
     assert "| 3 | 2 | 25.0 |" in page and "| 4 | 1 | 25.0 |" in page  # chance by operand count
     assert "| 3 | `++` | 1 | 25.0 | 100.0 |" in page and "| 3 | `--` | 1 | 25.0 | 0.0 |" in page
     assert list(pd.read_csv(paths[1]).columns) == ["operands", "pattern", "problems", "chance", "GRPO"]
+    # one operand count, as in the study (4 operands): its row is not written as a float
+    one_count = write_patterns(Runs(runs=runs, steps=pd.DataFrame(), evals=evals[evals["problem_id"] != TWO]),
+                               tmp_path / "one")[0].read_text()
+    assert "| 3 | 2 | 25.0 |" in one_count and "3.0" not in one_count
     other = Runs(runs=runs.assign(task="arithmetic"), steps=pd.DataFrame(), evals=evals)
     assert write_patterns(other, tmp_path / "none") == [] and not (tmp_path / "none").exists()
