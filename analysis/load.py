@@ -6,8 +6,9 @@ above several of them, and returns ``Runs(runs, steps, evals)``:
     runs    one row per run: ``run_id``, ``run_dir``, ``sweep``, ``status`` ("complete" when ``summary.json``
             exists, else "incomplete"), the axes ``method reward exchange rotation init task model experiment
             seed``, ``method_label``, ``overrides``, ``extra`` (overrides that are not an axis or the seed, less
-            those every loaded run shares), the cell's ``cell`` label and ``cell_key``, ``headline_orders``, and
-            every numeric value of ``summary.json`` under its own name (``eval/accuracy``, ...), and each
+            those every loaded run shares), the cell's ``cell`` label and ``cell_key``, ``headline_orders``,
+            ``git_commit``, ``git_dirty`` and ``launches`` (None where the run did not record them), and every
+            numeric value of ``summary.json`` under its own name (``eval/accuracy``, ...), and each
             ``eval/*`` value of the evaluation before training as ``<key>_at_start``
             (``eval/final_trace_tokens_at_start``; ``start_metrics``). ``model`` is the run's ``model_label``
             ("Qwen3-0.6B", "Gemma 4 E2B", "tiny (offline)"), else ``model.name``
@@ -348,6 +349,10 @@ def _run_row(rec: RunRecord) -> dict:
         "overrides": summary.get("overrides", ",".join(rec.overrides)),
         "extra": extra,  # a set until frames() removes the overrides every run shares
         "headline_orders": summary.get("eval/headline_orders"),
+        # the code it ran: the commit, and each launch's (agon.run.code_version) where the run recorded them
+        "git_commit": summary.get("git_commit"),
+        "git_dirty": summary.get("git_dirty"),
+        "launches": summary.get("launches"),
     }
     for key, value in summary.items():
         if key not in row and (_number(value) or value is None) and "/" in key:

@@ -527,8 +527,50 @@ def diagnostic_tables(data: Runs, table: pd.DataFrame) -> str:
     return "\n".join(lines + crossplay) + "\n"
 
 
+def _commits(run: Any) -> tuple[str, str]:
+    """A run's commits and when they were read: "launch" (each launch's, in order, ``+dirty`` where the checkout
+    had uncommitted changes) or "finish" (``git_commit`` alone, read as the summary was written: runs from before
+    launches were recorded); ("-", "-") where it recorded neither."""
+    launches = run.get("launches")
+    if isinstance(launches, list) and launches:
+        seen: dict[str, bool] = {}
+        for launch in launches:
+            commit = str(launch.get("git_commit") or "?")[:7]
+            seen[commit] = seen.get(commit, False) or bool(launch.get("git_dirty"))
+        return ", ".join(c + ("+dirty" if dirty else "") for c, dirty in seen.items()), "launch"
+    commit = run.get("git_commit")
+    return (str(commit)[:7], "finish") if isinstance(commit, str) and commit else ("-", "-")
+
+
+def runs_markdown(data: Runs) -> str:
+    """``runs.md``: one row per run, the code it ran and what it cost: cell, seed, status, steps, commits (read at
+    each launch or at the finish, ``_commits``), launches kept, the hours of its steps (``time/train_s``) and of
+    its wall time (``time/total_s``)."""
+    lines = ["Each run: the commit(s) it ran at, read as each launch started (`launch`; `+dirty` where the checkout "
+             "had uncommitted changes) or, by runs from before launches were recorded, as its summary was written "
+             "(`finish`: the checkout's commit when it finished); the launches kept through its checkpoints; the "
+             "hours its steps took (`time/train_s`) and its wall hours (`time/total_s`: the kept launches summed; "
+             "a run read at its finish counts only the launch that finished it)", "",
+             "| cell | seed | status | steps | commit | read at | launches | steps h | wall h |",
+             "|:--|--:|:--|--:|:--|:--|--:|--:|--:|"]
+
+    def hours(value: Any) -> str:
+        return "-" if value is None or pd.isna(value) else f"{value / 3600:.2f}"
+
+    for _, run in data.runs.iterrows():
+        commits, read = _commits(run)
+        launches = run.get("launches")
+        kept = str(len(launches)) if isinstance(launches, list) and launches else "-"
+        steps = run.get("train/steps")
+        lines.append(f"| {run['cell']} | {run['seed']} | {run['status']} | "
+                     f"{'-' if steps is None or pd.isna(steps) else int(steps)} | {commits} | {read} | {kept} | "
+                     f"{hours(run.get('time/train_s'))} | {hours(run.get('time/total_s'))} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_tables(data: Runs, out_dir: str | Path) -> list[Path]:
-    """``table.csv`` (full precision, fractions), ``table.md`` and ``table.tex`` (percentages) into ``out_dir``."""
+    """``table.csv`` (full precision, fractions), ``table.md`` and ``table.tex`` (percentages) into ``out_dir``,
+    ``diagnostic.md`` where runs logged the recap diagnostic, and ``runs.md`` (each run's commits and hours)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = results_table(data)
@@ -542,6 +584,9 @@ def write_tables(data: Runs, out_dir: str | Path) -> list[Path]:
     if diagnostic:
         paths.append(out / "diagnostic.md")
         paths[-1].write_text(diagnostic)
+    if not data.runs.empty:
+        paths.append(out / "runs.md")
+        paths[-1].write_text(runs_markdown(data))
     return paths
 
 

@@ -44,7 +44,15 @@ from analysis import cells_table, format_table, load_runs, newest_multirun, resu
 from analysis.figures import BASELINE_COLORS, baseline_colors, cell_style
 from analysis.figures import main as figures_main
 from analysis.load import RunRecord, cell_sort_key, find_run_dirs, frames, read_run_dir
-from analysis.tables import bootstrap_ci, final_rows, paper_reference, t_interval, to_latex, to_markdown
+from analysis.tables import (
+    bootstrap_ci,
+    final_rows,
+    paper_reference,
+    runs_markdown,
+    t_interval,
+    to_latex,
+    to_markdown,
+)
 from tests.analysis import make_fixture
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sweeps"
@@ -300,7 +308,8 @@ def test_figures_cli_writes_every_file(tmp_path, capsys):
     assert "not comparable" in (out / "table.tex").read_text()
     printed = capsys.readouterr().out
     # table_full.tex: the appendix table; paired.md, paired.csv, budget.csv: the cascades' within-run outcomes
-    assert "7 runs from" in printed and "wrote 15 files" in printed
+    assert "7 runs from" in printed and "wrote 16 files" in printed
+    assert "| GRPO | 0 | complete | " in (out / "runs.md").read_text()  # each run's commits and hours
     # seed 0 of competitive/visible: A>B drafts 0 1 0 1 all answered right (+50 points); B>A drafts 0 0 1 1, finals
     # 1 0 1 1 (+25); no recap kinds outside target sum
     paired = pd.read_csv(out / "paired.csv")
@@ -495,6 +504,25 @@ def toy():
         yield Toy
     finally:
         del METHODS["toy"]
+
+
+def test_runs_md_names_each_runs_commits_as_it_recorded_them(tmp_path):
+    """A run resumed across two commits (the second launch dirty), one from before launches were recorded (its
+    commit read at the finish) and one still training: each row says which commits and when they were read."""
+    config = {"method": "agon", "task": {"name": "arithmetic"}, "model": {"name": "tiny"}}
+    launches = [{"git_commit": "a" * 40, "git_dirty": False, "started": 0.0, "wall_s": 3600.0},
+                {"git_commit": "b" * 40, "git_dirty": True, "started": 9e3, "wall_s": 1800.0}]
+    _write_run(tmp_path / "seed=0", _summary("agon", seed=0, launches=launches, git_commit="b" * 40,
+                                             **{"train/steps": 60, "time/train_s": 4500.0, "time/total_s": 5400.0}),
+               config)
+    _write_run(tmp_path / "seed=1", _summary("agon", seed=1, git_commit="c" * 40,
+                                             **{"train/steps": 60, "time/train_s": 1800.0, "time/total_s": 900.0}),
+               config)
+    _write_run(tmp_path / "seed=2", None, {**config, "seed": 2})
+    page = runs_markdown(load_runs(tmp_path))
+    assert "| 0 | complete | 60 | aaaaaaa, bbbbbbb+dirty | launch | 2 | 1.25 | 1.50 |" in page
+    assert "| 1 | complete | 60 | ccccccc | finish | - | 0.50 | 0.25 |" in page
+    assert "| 2 | incomplete | - | - | - | - | - | - |" in page
 
 
 def test_a_registered_method_names_its_cells(tmp_path, toy):
