@@ -7,13 +7,15 @@ they are drawn from the same tables.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analysis import load_runs
 from analysis.claims import CLAIMS, DESCRIPTION, claims_markdown, claims_table
-from analysis.paired import write_paired
+from analysis.paired import recap_kind, write_paired
 from analysis.patterns import solutions, write_patterns
 from analysis.tables import final_rows, write_tables
 
@@ -24,7 +26,7 @@ PACKED = sorted(p.name for p in (REPO / "results").iterdir() if p.is_dir() and p
 TASKS = [name for name in PACKED if not name.endswith(("_pilot", "_pick"))]
 # each packed grid's cells, 3 seeds each: the paper's design on a task, or the exchange ablation (its claims name
 # cells by their exchange, analysis/claims.yaml)
-CELLS = {"arithmetic_hard": 10, "products": 10, "exchange": 4}
+CELLS = {"arithmetic_hard": 10, "products": 10, "exchange": 4, "target_sum": 3}
 
 
 def test_every_packed_task_has_its_figures_and_a_section_of_the_page():
@@ -48,7 +50,7 @@ def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
     (tmp_path / "claims.md").write_text(claims_markdown(claims))
     committed = REPO / "docs" / "results" / task
     page = (REPO / "docs" / "results.md").read_text()
-    for name in ("table.md", "diagnostic.md", "claims.md"):
+    for name in ("table.md", "diagnostic.md", "claims.md", "runs.md"):
         assert (tmp_path / name).read_text() == (committed / name).read_text(), f"docs/results/{task}/{name}"
     # the within-run outcomes and the walls by sign pattern: the target-sum study's (grids packed before them have
     # neither; where one is committed it is what the runs give)
@@ -63,6 +65,12 @@ def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
     table_rows = (tmp_path / "table.md").read_text().split("\n\n", 1)[1].strip()
     assert table_rows in page
     assert (tmp_path / "claims.md").read_text().strip() in page
+    if task.startswith("target_sum"):
+        # and the study's walls by pattern, arms at equal steps and tokens, and each run's commits and hours
+        blocks = [b.strip() for name in ("patterns.md", "paired.md", "runs.md")
+                  for b in (tmp_path / name).read_text().split("\n\n")]
+        for head in ("| operands | signs |", "| at | arm(s) |", "| cell | seed | status |"):
+            assert next(b for b in blocks if b.startswith(head)) in page, head
 
 
 def test_the_target_sum_pick_runs_curve_is_what_its_packed_run_gives():
@@ -102,13 +110,18 @@ def test_each_grid_is_judged_on_its_own_claims_and_the_exchange_page_quotes_its_
     """The paper's claims (cells named by preset) are put to the paper's design and the future-work ones (cells
     named by exchange) to the exchange sweep, never across: axis values are matched among runs launched without a
     preset only. The latent-exchange section quotes the diagnostic's block of prefix conditions as drawn."""
-    # the target-sum study's claims (``task: target_sum``) are put to no packed grid
+    # the target-sum study's claims (``task: target_sum``) are put to its grid alone, with the paper's claims on
+    # its three arms
     general = [c for c in CLAIMS if c.task is None]
     by_preset = {c.text for c in general if "=" not in c.left + (c.right or "")}
+    study_arms = {"agon", "cooperative", "grpo"}
+    on_study = {c.text for c in general if c.text in by_preset and {c.left, c.right} <= study_arms}
+    expected = {"exchange": {c.text for c in general} - by_preset,
+                "target_sum": on_study | {c.text for c in CLAIMS if c.task == "target_sum"}}
     for task in TASKS:
         data = load_runs(REPO / "results" / task)
         judged = set(claims_table(data.runs, evals=data.evals)["claim"])
-        assert judged == ({c.text for c in general} - by_preset if task == "exchange" else by_preset), task
+        assert judged == expected.get(task, by_preset), task
     page = (REPO / "docs" / "results.md").read_text()
     diagnostic = (REPO / "docs" / "results" / "exchange" / "diagnostic.md").read_text()
     prefix_block = diagnostic.split("as key/value prefixes")[1].split("\n\n")[1].strip()
@@ -116,12 +129,38 @@ def test_each_grid_is_judged_on_its_own_claims_and_the_exchange_page_quotes_its_
     assert diagnostic.split("\n\n")[0].strip() in page  # the text-recap block of the same cells
 
 
+def within_run_se(evals: pd.DataFrame, run_id: str, metric: str, measure: str) -> float:
+    """One run's SE of a within-run metric, worked out here from its cascade rows: per problem, the mean over its
+    rounds of final minus draft (``paired/cascade_minus_solo``) or the share of its wrong extendable drafts answered
+    right minus that of its wrong dead ends (``paired/conversion_gap``, problems with both); the SE is their SD
+    over sqrt(P), of the final evaluation's values or of their change since the start."""
+
+    def per_problem(phase: str) -> pd.Series:
+        rows = evals[(evals["run_id"] == run_id) & (evals["phase"] == phase) & evals["order"].str.contains(">")]
+        rows = rows[rows["step"] == rows["step"].max()]
+        rounds = rows.assign(correct=rows["correct"].astype(float)).pivot_table(
+            index=["order", "problem_id", "sample"], columns="stage", values="correct", aggfunc="first")
+        if metric == "paired/cascade_minus_solo":
+            return (rounds["final"] - rounds["draft"]).groupby(level="problem_id").mean()
+        drafts = rows[rows["stage"] == "draft"].set_index(["order", "problem_id", "sample"])
+        wrong = rounds[rounds["draft"] == 0].assign(kind=[recap_kind(p, drafts.loc[(o, p, k), "answer"])
+                                                          for o, p, k in rounds[rounds["draft"] == 0].index])
+        rates = wrong[wrong["kind"].isin(["extendable", "dead_end"])].groupby(["problem_id", "kind"])["final"]
+        both = rates.mean().unstack().dropna()
+        return both["extendable"] - both["dead_end"]
+
+    final = per_problem("final")
+    values = final if measure == "final" else (final - per_problem("start")).dropna()
+    return float(values.std(ddof=1) / len(values) ** 0.5)
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_no_pooled_sd_of_a_packed_grid_is_below_one_runs_evaluation_floor(task):
     """Each run's evaluation-sampling SD, worked out here from its own final-evaluation rows (per problem and
     order, the variance of its samples over their count; summed, rooted, over the number of groups): the pooled SD
-    of every claim is at least the largest of them among the trained runs. The exchange grid's seeds pool to 0.49
-    points, under its runs' floors of 0.47-0.65, and its intervals use 0.65."""
+    of every claim is at least the largest of them among the trained runs (of a within-run claim, the largest of
+    the cascades' own SEs, ``within_run_se``). The exchange grid's seeds pool to 0.49 points, under its runs' floors
+    of 0.47-0.65, and its intervals use 0.65."""
     data = load_runs(REPO / "results" / task)
     trained = data.runs[data.runs["method"] != "moa"]
     floors = {}
@@ -134,9 +173,15 @@ def test_no_pooled_sd_of_a_packed_grid_is_below_one_runs_evaluation_floor(task):
             floors.setdefault(field, []).append(var ** 0.5 / groups.ngroups)
     claims = claims_table(data.runs, evals=data.evals)
     for _, row in claims.iterrows():
-        floor = max(floors["tokens" if "tokens" in row["metric"] else "correct"])
+        if row["metric"].startswith("paired/"):  # a within-run claim's floor: the runs' own SE, by problem
+            cascades = trained[trained["method"] == "agon"]
+            floor = max(within_run_se(data.evals, run_id, row["metric"], row["measure"])
+                        for run_id in cascades["run_id"])
+        else:
+            floor = max(floors["tokens" if "tokens" in row["metric"] else "correct"])
         assert row["eval_floor"] == pytest.approx(floor), row["claim"]
-        assert row["pooled_sd"] >= floor - 1e-12 and row["pooled_sd"] == max(row["seed_sd"], floor), row["claim"]
+        assert row["pooled_sd"] >= floor - 1e-12, row["claim"]
+        assert row["pooled_sd"] == pytest.approx(max(row["seed_sd"], floor)), row["claim"]
     if task == "exchange":
         final = claims[claims["measure"] == "final"].iloc[0]
         assert final["seed_sd"] < 0.0050 < 0.0064 < final["pooled_sd"] < 0.0066
@@ -146,7 +191,8 @@ def test_no_pooled_sd_of_a_packed_grid_is_below_one_runs_evaluation_floor(task):
 def test_only_claims_written_before_their_runs_get_verdicts_on_the_packed_grids(task):
     """A claim marked ``written: after`` in claims.yaml is shown with its interval as a description: no verdict,
     no family-wise interval, not counted in k. The exchange grid's six claims were all written after its runs."""
-    claims = claims_table(load_runs(REPO / "results" / task).runs)
+    data = load_runs(REPO / "results" / task)  # the eval rows give the within-run claims their values
+    claims = claims_table(data.runs, evals=data.evals)
     after = claims[claims["written"] == "after"]
     assert not after.empty and set(after["verdict"]) == set(after["fw_verdict"]) == {DESCRIPTION}
     assert after["fw_low"].isna().all() and after["ci_low"].notna().all()
@@ -203,3 +249,40 @@ def test_the_target_sum_pilots_chance_levels_walls_and_costs_are_what_its_record
     gap = (per["A"] + per["B"]) / 2 - (per["A>B"] + per["B>A"]) / 2
     assert f"{100 * gap.mean():.1f} points under the mean of the two (standard error " \
            f"{100 * gap.std(ddof=1) / len(gap) ** 0.5:.1f} points" in page
+
+
+def test_the_target_sum_studys_prose_is_what_its_records_give():
+    """The study's section: chance, the problems with one solution, the cascade's lead taken apart into the drafts'
+    accuracy, conversion and regression at the start and the end, where Agon reaches GRPO's tokens, the diagnostic's
+    rows at the start and the end, and the hours the runs record."""
+    data = load_runs(REPO / "results" / "target_sum")
+    page = " ".join((REPO / "docs" / "results.md").read_text().split())
+    runs = data.runs
+    final = data.evals[(data.evals["stage"] == "final") & (data.evals["phase"] == "final")]
+    problems = final["problem_id"].unique()
+    chance = sum(len(solutions(p)[1]) / 2 ** (solutions(p)[0] - 1) for p in problems) / len(problems)
+    single = sum(len(solutions(p)[1]) == 1 for p in problems)
+    assert f"solves {100 * chance:.1f}% of the {len(problems)} held-out problems" in page
+    assert f"({single} of the {len(problems)} problems have one)" in page
+    agon = runs[runs["experiment"] == "agon"]
+    assert len(agon) == 3
+
+    def pct(column: str, frame: pd.DataFrame = agon) -> str:
+        return f"{100 * frame[column].mean():.1f}%"
+
+    assert f"went from {pct('eval/conversion_rate_at_start')} to {pct('eval/conversion_rate')}" in page
+    assert f"from {pct('eval/regression_rate_at_start')} to {pct('eval/regression_rate')}" in page
+    drafts = [agon[[f"eval/solo_acc_{r}{at}" for r in "AB"]].mean(axis=1).to_frame("d") for at in ("_at_start", "")]
+    assert f"from {pct('d', drafts[0])} to {pct('d', drafts[1])}, A and B averaged" in page
+    # the token count every run reaches (the smallest GRPO total) and the steps at which the cascades reach it
+    tokens = runs["train/generated_tokens"].min()
+    steps = data.steps.dropna(subset=["train/generated_tokens"])
+    reach = [int(steps[(steps["run_id"] == r) & (steps["train/generated_tokens"] >= tokens)]["train/step"].min())
+             for r in runs[runs["method"] == "agon"]["run_id"]]
+    assert f"({tokens / 1e6:.2f}M generated tokens, which the Agon and cooperative runs reach at steps " \
+           f"{min(reach)}-{max(reach)})" in page
+    diagnostic = (REPO / "docs" / "results" / "target_sum" / "diagnostic.md").read_text().splitlines()
+    quoted = [line for line in diagnostic if re.match(r"\| [^|]+ \| (0|200) \| 3 \|", line)]
+    assert len(quoted) == 6 and all(line in page for line in quoted)
+    assert f"The steps alone took {runs['time/train_s'].sum() / 3600:.1f} hours over the nine runs" in page
+    assert f"the wall hours recorded add up to {runs['time/total_s'].sum() / 3600:.1f}" in page
