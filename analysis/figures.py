@@ -29,7 +29,8 @@ analysis.tables.write_tables, with ``runs.md``: each run's commits and hours), `
 and ``budget.csv`` where some run has a cascade (analysis.paired: each run's and arm's cascade minus its drafts
 and conversion by the recap's kind, the first and the paired conversion gap also at the start and as their change
 since then where the runs' rows hold the start evaluation, and the arms at equal steps and equal generated
-tokens), and ``claims.md`` (analysis.claims) where the runs hold the cells of a claim. Output is deterministic: seeded bootstrap, no timestamps in the PDFs.
+tokens), and ``claims.md`` (analysis.claims) where the runs hold the cells of a claim. Output is deterministic:
+seeded bootstrap, no timestamps in the PDFs.
 
 Left out on purpose: per-seed training curves (three overlapping noisy lines per cell hide more than they show;
 the band is their range) and any statistic not in analysis.tables or analysis.claims (a figure draws what a table
