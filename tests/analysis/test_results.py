@@ -284,5 +284,16 @@ def test_the_target_sum_studys_prose_is_what_its_records_give():
     diagnostic = (REPO / "docs" / "results" / "target_sum" / "diagnostic.md").read_text().splitlines()
     quoted = [line for line in diagnostic if re.match(r"\| [^|]+ \| (0|200) \| 3 \|", line)]
     assert len(quoted) == 6 and all(line in page for line in quoted)
+    # the diagnostic by seed at step 200: wrong recap minus none, the challengers averaged
+    last = data.steps[data.steps["train/step"] == 200].set_index("run_id")
+    by_arm = {}
+    for _, run in runs.iterrows():
+        who = ["A"] if run["method"] == "grpo" else ["A", "B"]
+        gap = sum(last.loc[run["run_id"], f"recap/{w}/wrong"] - last.loc[run["run_id"], f"recap/{w}/none"]
+                  for w in who) / len(who)
+        by_arm.setdefault(run["experiment"], []).append(f"{100 * gap:+.1f}")
+    seeds = {arm: ", ".join(v[:-1]) + " and " + v[-1] for arm, v in by_arm.items()}
+    assert f"wrong minus no recap is {seeds['grpo'].replace('+', '')} points for GRPO, {seeds['agon']} for Agon" in page
+    assert f"and {seeds['cooperative'].replace('+', '')} for the cooperative arm" in page
     assert f"The steps alone took {runs['time/train_s'].sum() / 3600:.1f} hours over the nine runs" in page
     assert f"the wall hours recorded add up to {runs['time/total_s'].sum() / 3600:.1f}" in page
