@@ -4,6 +4,7 @@
     eval.jsonl            one row per problem x sample x order x stage of every evaluation
     samples.jsonl         rollouts: draft, recap, challenge and their rewards
     summary.json          final metrics, the method's axes, git commit, package versions (written atomically)
+    run.log               agon's log lines with their time, appended by each launch (conf/hydra/job_logging)
     adapters/<name>/      each adapter at the end, in PEFT's format
     checkpoints/step_N/   adapters, optimizers, RNGs and the data position; ``checkpoints/latest`` names the newest
     reeval/               what ``python -m agon.eval`` writes (the same files, plus crossplay.csv)
@@ -31,6 +32,8 @@ METRICS = "metrics.jsonl"
 EVAL = "eval.jsonl"
 SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
+# agon's log lines with their time (conf/hydra/job_logging/agon.yaml names it after the job, agon.run)
+RUN_LOG = "run.log"
 ADAPTERS = "adapters"
 CHECKPOINTS = "checkpoints"
 # the committed chunks of an evaluation in progress (agon.cascade.PartStore), removed once it is logged

@@ -1,7 +1,9 @@
 """Pack a sweep's results for the repository: ``python -m analysis.pack <sweep dir> <dest>``.
 
 Copies what the tables and figures read, and nothing a run needs to continue: for each run directory below the
-sweep, ``summary.json``, ``.hydra/config.yaml`` and ``.hydra/overrides.yaml`` as they are, ``metrics.jsonl``
+sweep, ``summary.json``, ``.hydra/config.yaml``, ``.hydra/overrides.yaml`` and ``run.log`` (a few KB: when each
+launch started and what it resumed from, the one record of that for runs from before ``summary.json`` held each
+launch's commit and time) as they are, ``metrics.jsonl``
 gzip-compressed, and the rows of ``eval.jsonl`` from the evaluation before training (phase ``start``, the earliest
 where there are several) and from the final evaluation (phase ``final``, at the run's last step), in that order,
 gzip-compressed (every evaluation's headline numbers are in ``metrics.jsonl``; the start's rows give the within-run
@@ -25,7 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from agon.run_files import CONFIG, EVAL, METRICS, OVERRIDES, SUMMARY, SWEEP_MARKER, read_jsonl
+from agon.run_files import CONFIG, EVAL, METRICS, OVERRIDES, RUN_LOG, SUMMARY, SWEEP_MARKER, read_jsonl
 from analysis.load import find_run_dirs
 
 
@@ -62,7 +64,7 @@ def final_rows(rows: list[dict]) -> list[dict]:
 def pack_run(run_dir: Path, dest: Path) -> int:
     """One run directory into ``dest``; the bytes written."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in (SUMMARY, CONFIG, OVERRIDES):
+    for name in (SUMMARY, CONFIG, OVERRIDES, RUN_LOG):
         if (run_dir / name).exists():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / name, dest / name)

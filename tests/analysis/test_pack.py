@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pandas as pd
 
-from agon.run_files import METRICS, read_jsonl
+from agon.run_files import METRICS, RUN_LOG, SUMMARY, read_jsonl
 from analysis import load_runs
 from analysis.figures import make_figures
 from analysis.pack import pack, pack_run
@@ -45,6 +45,16 @@ def test_a_packed_sweep_loads_as_the_sweep_does(tmp_path):
     first = sorted((tmp_path / "packed").rglob("*.gz"))
     assert [p.read_bytes() for p in first] == [
         (again / p.relative_to(tmp_path / "packed")).read_bytes() for p in first]
+
+
+def test_a_packed_run_keeps_its_log_as_it_is(tmp_path):
+    """run.log holds each launch's start and what it resumed from: packed byte for byte, beside the summary."""
+    run = next(p.parent for p in FIXTURES.rglob(SUMMARY))
+    shutil.copytree(run, tmp_path / "run")
+    log = "[2026-12-04 19:49:59,367][agon][INFO] [agon] agon\n[2026-12-05 01:04:14,147][agon][INFO] [train] resumed\n"
+    (tmp_path / "run" / RUN_LOG).write_text(log)
+    pack_run(tmp_path / "run", tmp_path / "packed")
+    assert (tmp_path / "packed" / RUN_LOG).read_text() == log and (tmp_path / "packed" / SUMMARY).is_file()
 
 
 def test_a_packed_run_keeps_its_earliest_start_evaluation_and_its_last_final_one(tmp_path):

@@ -26,6 +26,7 @@ from analysis.paired import (
     conversion_by_kind,
     eval_curve,
     final_evaluation,
+    on_smallest_design,
     paired_change,
     paired_markdown,
     read_curve,
@@ -380,6 +381,9 @@ def test_arms_read_between_designs_are_compared_on_the_smallest_one():
     assert tokens.loc["grpo", "mixed"] == 0
     on_steps = table.xs(("train/step", "arm"))
     assert on_steps.loc["grpo", "value"] == 0.5 and on_steps.loc["agon", "value"] == 0.7  # both final: as logged
+    # a point recomputed on the smallest design carries that design: its n, problems and samples
+    curve = on_smallest_design(eval_curve(steps[steps["run_id"] == "grpo"], "train/step"), final, runs.iloc[1])
+    assert curve.set_index("step").loc[100, ["value", "n", "problems", "samples"]].tolist() == [1.0, 2, 2, 1]
     bare = budget_table(steps, runs).set_index(["x", "kind", "left"]).sort_index()
     assert bare.loc[("train/generated_tokens", "arm", "grpo"), "value"] == 0.5
     assert bare.loc[("train/generated_tokens", "arm", "grpo"), "mixed"] == 1  # grpo's final, read at 2000
