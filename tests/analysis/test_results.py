@@ -15,7 +15,7 @@ import pytest
 
 from analysis import load_runs
 from analysis.claims import CLAIMS, DESCRIPTION, claims_markdown, claims_table
-from analysis.paired import recap_kind, write_paired
+from analysis.paired import eval_curve, on_smallest_design, recap_kind, write_paired
 from analysis.patterns import solutions, write_patterns
 from analysis.tables import final_rows, write_tables
 
@@ -82,6 +82,12 @@ def test_the_target_sum_pick_runs_curve_is_what_its_packed_run_gives():
     assert sorted(curve) == list(range(0, 251, 25))
     row = "| GRPO % | " + " | ".join(f"{100 * curve[s]:.1f}" for s in sorted(curve)) + " |"
     assert row in (REPO / "docs" / "results.md").read_text()
+    # on one design (the interim one) the first and the last points read otherwise
+    run = data.runs.iloc[0]
+    one = on_smallest_design(eval_curve(data.steps, "train/step"), data.evals, run).set_index("step")["value"]
+    page = " ".join((REPO / "docs" / "results.md").read_text().split())
+    assert f"step 0 is {100 * one[0]:.1f}% and step 250 {100 * one[250]:.1f}%, " \
+           f"{100 * (one[250] - one[225]):.1f} points above step 225" in page
 
 
 def test_the_target_sum_pilot_table_is_what_its_packed_runs_give():
@@ -296,4 +302,12 @@ def test_the_target_sum_studys_prose_is_what_its_records_give():
     assert f"wrong minus no recap is {seeds['grpo'].replace('+', '')} points for GRPO, {seeds['agon']} for Agon" in page
     assert f"and {seeds['cooperative'].replace('+', '')} for the cooperative arm" in page
     assert f"The steps alone took {runs['time/train_s'].sum() / 3600:.1f} hours over the nine runs" in page
+    # the claims' commit (its time as the page states it) came before the first launch of any run (run.log)
+    starts = {log.parent.name: log.read_text()[1:20] for log in (REPO / "results" / "target_sum").glob("*/run.log")}
+    assert len(starts) == 9
+    first = min(starts.values())
+    assert "committed (6281636, 19:49:21 UTC on 2026-12-04)" in page and first > "2026-12-04 19:49:21"
+    assert sorted(k for k, v in starts.items() if v == first) == [f"experiment={arm},seed=0"
+                                                                   for arm in ("agon", "cooperative")]
+    assert f"(seed 0 of Agon and of cooperative at {first[11:]}, the first line of each run's packed `run.log`" in page
     assert f"the wall hours recorded add up to {runs['time/total_s'].sum() / 3600:.1f}" in page
