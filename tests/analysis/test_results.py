@@ -88,6 +88,13 @@ def test_the_target_sum_pick_runs_curve_is_what_its_packed_run_gives():
     page = " ".join((REPO / "docs" / "results.md").read_text().split())
     assert f"step 0 is {100 * one[0]:.1f}% and step 250 {100 * one[250]:.1f}%, " \
            f"{100 * (one[250] - one[225]):.1f} points above step 225" in page
+    # the step count was fixed (b0e22c0, its time as the page states it) between step 175's evaluation and 200's
+    logged = {m.group(2): m.group(1) for m in re.finditer(r"\[2026-12-04 ([0-9:]{8}),\d+\].*eval step (\d+):",
+                                                         (REPO / "results" / "target_sum_pick" /
+                                                          "grpo_lr1e-3" / "run.log").read_text())}
+    assert logged["175"] < "19:49:55" < logged["200"]
+    assert "(b0e22c0, 19:49:55 UTC)" in page
+    assert f"step 175's evaluation at {logged['175']} and step 200's at {logged['200']}" in page
 
 
 def test_the_target_sum_pilot_table_is_what_its_packed_runs_give():
