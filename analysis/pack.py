@@ -3,13 +3,13 @@
 Copies what the tables and figures read, and nothing a run needs to continue: for each run directory below the
 sweep, ``summary.json``, ``.hydra/config.yaml``, ``.hydra/overrides.yaml`` and ``run.log`` (a few KB: when each
 launch started and what it resumed from, the one record of that for runs from before ``summary.json`` held each
-launch's commit and time) as they are, ``metrics.jsonl``
-gzip-compressed, and the rows of ``eval.jsonl`` from the evaluation before training (phase ``start``, the earliest
-where there are several) and from the final evaluation (phase ``final``, at the run's last step), in that order,
-gzip-compressed (every evaluation's headline numbers are in ``metrics.jsonl``; the start's rows give the within-run
-outcomes their change since the start, ``analysis.paired``); and the sweep's ``multirun.yaml``. ``analysis.load``
-reads the packed directory as it reads the sweep (``agon.run_files.read_jsonl`` falls back to the ``.gz``), so
-``make figures RUNS=<dest>`` redraws the figures from it.
+launch's commit and time) as they are, ``metrics.jsonl`` gzip-compressed, and the rows of ``eval.jsonl`` from the
+evaluation before training (phase ``start``, the earliest where there are several) and from the final evaluation
+(phase ``final``, at the run's last step), in that order, gzip-compressed (every evaluation's headline numbers are
+in ``metrics.jsonl``; the start's rows give the within-run outcomes their change since the start,
+``analysis.paired``); and the sweep's ``multirun.yaml``. ``analysis.load`` reads the packed directory as it reads
+the sweep (``agon.run_files.read_jsonl`` falls back to the ``.gz``), so ``make figures RUNS=<dest>`` redraws the
+figures from it.
 
 Left out on purpose: checkpoints, adapters, ``samples.jsonl``, W&B files (hundreds of MB per sweep, and not
 needed to redraw anything) and the interim evaluations' rows (phase ``train``: their numbers are in

@@ -447,8 +447,8 @@ def on_smallest_design(curve: pd.DataFrame, rows: pd.DataFrame, run: Any) -> pd.
     start's and the final's) recomputed as the headline accuracy (``analysis.tables.headline_rows``: the mean over
     the headline orders of their final stage) of its first ``problems`` problems, in the order the evaluation played
     them (the held-out order, which every evaluation's first problems follow), and samples 0 to ``samples`` - 1;
-    ``n``, ``problems`` and ``samples`` then that design's. A larger point with no rows to recompute from stays as logged (``budget_table`` counts
-    those it reads)."""
+    ``n``, ``problems`` and ``samples`` then that design's. A larger point with no rows to recompute from stays as
+    logged (``budget_table`` counts those it reads)."""
     sized = curve.dropna(subset=["problems", "samples"])
     if sized.empty:
         return curve

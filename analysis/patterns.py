@@ -87,9 +87,9 @@ def pattern_table(runs: pd.DataFrame, evals: pd.DataFrame, arm: str = "cell_key"
                              else c).reset_index(drop=True)
     for key in dict.fromkeys(runs[arm]):
         for what, suffix in (("final", ""), ("draft", " drafts")):
-            column = [means.get((n, p, key, what)) for n, p in zip(table["operands"], table["pattern"])]
             if what == "draft" and not _is_cascade(rows, key):
                 continue
+            column = [means.get((n, p, key, what)) for n, p in zip(table["operands"], table["pattern"])]
             if any(v is not None for v in column):
                 table[f"{key}{suffix}"] = [float("nan") if v is None else v for v in column]
     return table
