@@ -108,7 +108,7 @@ target-sum-gate: install ## the target-sum base's gate before any RL run on it (
 	$(PY) tools/target_sum_gate.py $(ARGS)
 
 smoke-real: install ## a model's exact shape on CPU (MODEL=qwen3_0.6b; any conf/model with a shape): 2 Agon steps, one eval
-	$(PY) -m agon.smoke_real --model $(or $(MODEL),qwen3_0.6b) $(ARGS)
+	$(PY) -m agon.bench.smoke_real --model $(or $(MODEL),qwen3_0.6b) $(ARGS)
 
 # the GPU check (docs/gpu.md): no install step, so it runs on a bare GPU image with the wheels of `make gpu-wheels`;
 # .venv's interpreter where there is one, else python3

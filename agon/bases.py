@@ -1,9 +1,9 @@
 """``python -m agon.bases --ship [NAME ...]`` (``make bases``): rebuild the offline worlds shipped in ``bases/``.
 
 Each world that ``bases/worlds.yaml`` lists is composed as a run would compose it, built from scratch in a
-temporary cache (``agon.world.ensure_world``), copied to ``bases/tiny-<key>/`` and hashed into the manifest that
-every load checks (read through ``agon.world`` at call time, so a test that points ``world.BASES`` elsewhere ships
-there). A tool above the core: it composes configs (``agon.checks``), which the world itself never does.
+temporary cache (``agon.models.world.ensure_world``), copied to ``bases/tiny-<key>/`` and hashed into the manifest that
+every load checks (read through ``agon.models.world`` at call time, so a test that points ``world.BASES`` elsewhere
+ships there). A tool above the core: it composes configs (``agon.training.checks``), which the world itself never does.
 Left out on purpose: shipping any other model (real checkpoints come from the hub or ``model.path``).
 """
 
@@ -14,8 +14,8 @@ import os
 import shutil
 import tempfile
 
-from agon import world
-from agon.checks import compose_config
+from agon.models import world
+from agon.training.checks import compose_config
 
 
 def ship(names: list[str] | None = None, log=print) -> dict[str, str]:

@@ -1,14 +1,14 @@
 """Entry point: ``python -m agon.run [overrides]`` (``-m`` for a sweep). Compose, validate, train, evaluate, write.
 
-The config is checked (``agon.checks``) before any model loads. Each run writes into its Hydra output directory
-(what it holds: ``agon.run_files``); the recorder is closed in ``finally`` so a failing cell of a multirun still
-finishes its W&B run and the next cell starts clean. A user error (``USER_ERRORS``: a config value, a model that
-cannot load, an engine that cannot start) ends a single run with its message on one line, ``error: <message>``,
-and exit code 1; ``HYDRA_FULL_ERROR=1`` shows its traceback, and a sweep reports it as Hydra does.
+The config is checked (``agon.training.checks``) before any model loads. Each run writes into its Hydra output
+directory (what it holds: ``agon.records.run_files``); the recorder is closed in ``finally`` so a failing cell of a
+multirun still finishes its W&B run and the next cell starts clean. A user error (``USER_ERRORS``: a config value, a
+model that cannot load, an engine that cannot start) ends a single run with its message on one line, ``error:
+<message>``, and exit code 1; ``HYDRA_FULL_ERROR=1`` shows its traceback, and a sweep reports it as Hydra does.
 
 Several processes: ``accelerate launch --multi_gpu --num_processes N -m agon.run [overrides]`` (``make run-ddp``).
 Every rank composes the same config; rank 0's launch time names the output directory of all of them, and rank 0
-alone writes files, checkpoints and W&B (``agon.distributed`` says how the work is shared).
+alone writes files, checkpoints and W&B (``agon.core.distributed`` says how the work is shared).
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from agon import run_files
-from agon.checks import check_overrides, typed, validate
-from agon.config import CONF_DIR, LAUNCH_TIME_ENV, ConfigError, exchange_name, register_configs, resume_mode, to_plain
-from agon.distributed import Ranks, launched_world_size
+from agon.records import run_files
+from agon.training.checks import check_overrides, typed, validate
+from agon.core.config import (CONF_DIR, LAUNCH_TIME_ENV, ConfigError, exchange_name, register_configs, resume_mode,
+                              to_plain)
+from agon.core.distributed import Ranks, launched_world_size
 from agon.engines import EngineError
-from agon.policies import ModelLoadError
-from agon.rewards import describe_reward, reward_summary
+from agon.models.loading import ModelLoadError
+from agon.core.rewards import describe_reward, reward_summary
 
 LOG = logging.getLogger("agon")
 
@@ -115,10 +116,11 @@ def build_trainer(cfg: DictConfig, run_dir: Path, recorder: Any, ranks: Ranks = 
     loaded (rank 0 first), the method's adapters (rank 0's on every rank), each rank then seeded for its own samples,
     and the sampling engine. The caller closes ``trainer.engine`` and ``trainer.task``; the task is closed here when
     building fails."""
-    from agon.policies import build_policies, load_base, load_tokenizer
-    from agon.preflight import check_context
+    from agon.models.loading import load_base, load_tokenizer
+    from agon.models.policies import build_policies
+    from agon.training.preflight import check_context
     from agon.tasks import build_task
-    from agon.trainer import Trainer
+    from agon.training.trainer import Trainer
 
     task = None
     try:
@@ -139,11 +141,11 @@ def build_trainer(cfg: DictConfig, run_dir: Path, recorder: Any, ranks: Ranks = 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; returns the summary written to ``summary.json``."""
-    from agon.estimate import estimate
-    from agon.methods import get_method
-    from agon.preflight import check_engine, check_sources
-    from agon.recorder import Recorder, build_logger
-    from agon.trainer import pause_point
+    from agon.training.estimate import estimate
+    from agon.core.methods import get_method
+    from agon.training.preflight import check_engine, check_sources
+    from agon.records.recorder import Recorder, build_logger
+    from agon.training.trainer import pause_point
 
     cfg = typed(cfg)  # the task's settings through its kind's schema (plugins imported first)
     validate(cfg)
@@ -281,11 +283,11 @@ def model_label(model: Any) -> str:
 
 
 def _trial_reporter(cfg: DictConfig, ranks: Ranks) -> Any:
-    """For a cell that is an Optuna trial (``tune.trial``, set by agon.tune's sweeper): report each evaluation to
-    its study, and stop the run on every rank when the pruner says so. None otherwise."""
+    """For a cell that is an Optuna trial (``tune.trial``, set by agon.training.tune's sweeper): report each evaluation
+    to its study, and stop the run on every rank when the pruner says so. None otherwise."""
     if cfg.tune.trial is None:
         return None
-    from agon.tune import TrialReporter
+    from agon.training.tune import TrialReporter
 
     reporter = TrialReporter.from_config(cfg) if ranks.is_main else None
 
@@ -368,7 +370,7 @@ class _Reported(BaseException):
     callback, the sweep table, acts at the end of a sweep)."""
 
 
-# agon's schema and resolvers, for agon's app alone (agon.config says why not on import)
+# agon's schema and resolvers, for agon's app alone (agon.core.config says why not on import)
 register_configs()
 
 

@@ -76,7 +76,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from agon.methods import METHODS
+from agon.core.methods import METHODS
+from analysis.paired import runs_with_outcomes
+from analysis.stats import pooled_interval, pooled_sd
 from analysis.tables import final_rows
 
 
@@ -180,31 +182,6 @@ def welch_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[f
     return diff, diff - half, diff + half
 
 
-def pooled_sd(groups: Sequence[np.ndarray]) -> tuple[float, int]:
-    """(s, df): the SD pooled over groups, sqrt(sum (n_i - 1) s_i^2 / df) with df = sum (n_i - 1); groups of one
-    value add nothing. (nan, 0) when no group has two values."""
-    df = sum(len(g) - 1 for g in groups if len(g) >= 2)
-    if df == 0:
-        return math.nan, 0
-    ss = sum(float(((g - g.mean()) ** 2).sum()) for g in groups if len(g) >= 2)
-    return math.sqrt(ss / df), df
-
-
-def pooled_interval(a: np.ndarray, b: np.ndarray, sd: float, df: int, level: float = 0.95
-                    ) -> tuple[float, float, float]:
-    """(mean(a) - mean(b), low, high): diff +- t_df * sd * sqrt(1/n_a + 1/n_b), with ``sd`` pooled elsewhere (so a
-    cell of one seed still gets an interval); nan bounds without a pooled SD or a value on a side."""
-    from scipy import stats
-
-    if not len(a) or not len(b):
-        return math.nan, math.nan, math.nan
-    diff = float(a.mean() - b.mean())
-    if df < 1 or math.isnan(sd):
-        return diff, math.nan, math.nan
-    half = float(stats.t.ppf(0.5 + level / 2, df)) * sd * math.sqrt(1 / len(a) + 1 / len(b))
-    return diff, diff - half, diff + half
-
-
 def bonferroni_level(level: float, k: int) -> float:
     """The level of each of k intervals that hold together at ``level``: 1 - (1 - level) / k."""
     return 1 - (1 - level) / max(k, 1)
@@ -265,7 +242,7 @@ def verdict(direction: str, low: float, high: float, margin: float = math.nan, m
 
 
 def _trains(method: object) -> bool:
-    """Whether a method trains (``agon.methods``); one this process does not know counts as trained."""
+    """Whether a method trains (``agon.core.methods``); one this process does not know counts as trained."""
     registered = METHODS.get(method)
     return registered.trains if registered is not None else True
 
@@ -384,8 +361,6 @@ def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules,
     task = done["task"].iloc[0] if "task" in done else None
     claims = [c for c in claims if c.task is None or c.task == task]
     if any(c.metric.startswith("paired/") and c.metric not in done for c in claims):
-        from analysis.paired import runs_with_outcomes  # analysis.paired reads this module's intervals
-
         done = runs_with_outcomes(done, evals)
     cells = [rows for _, rows in done.groupby(_cell_column(done), sort=False)]
     trained = [rows for rows in cells if _trains(rows["method"].iloc[0] if "method" in rows else None)]

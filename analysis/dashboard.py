@@ -4,7 +4,7 @@
     python -m analysis.dashboard multirun/2026-11-30/10-00-00 --publish  # saves it to W&B, prints its URL
     make dashboard RUNS=multirun/2026-11-30/10-00-00
 
-The report shows the sweep's runs (W&B ``group`` = the sweep, as ``agon.wandb_logger`` names it) grouped by
+The report shows the sweep's runs (W&B ``group`` = the sweep, as ``agon.records.wandb_logger`` names it) grouped by
 ``job_type`` (the cell), so every chart draws one line per cell, the mean over its seeds with their range as a band:
 
     Held-out evaluation   pass@1, the cascades and each adapter alone, conversion and regression, trace length
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agon.run_files import sweep_name
+from agon.records.run_files import sweep_name
 
 ROLES = ("drafter", "challenger")
 ADAPTERS = ("A", "B")
@@ -242,7 +242,7 @@ def log_figures(paths: list[Path], group: str, project: str = "agon", entity: st
     import pandas as pd
     import wandb
 
-    from agon.wandb_logger import resolve_mode
+    from agon.records.wandb_logger import resolve_mode
 
     paths = [Path(p) for p in paths]
     out = paths[0].parent
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     how.add_argument("--offline", action="store_true", help=f"only write <sweep>/{REPORT_FILE}")
     args = parser.parse_args(argv)
 
-    from agon.wandb_logger import has_api_key
+    from agon.records.wandb_logger import has_api_key
     from analysis.load import newest_multirun
 
     if args.sweep is None:

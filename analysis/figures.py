@@ -55,7 +55,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from agon.methods import METHODS
+from agon.core.methods import METHODS
 from analysis.claims import RULES, claims_markdown, claims_table, in_tokens
 from analysis.labels import cell_label
 from analysis.load import Runs, is_ablation, is_baseline, load_runs, newest_multirun
@@ -733,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(results_table(data)))
     print(f"\nwrote {len(paths)} files to {args.out}/: " + ", ".join(p.name for p in paths))
     if args.wandb:
-        from agon.run_files import sweep_name
+        from agon.records.run_files import sweep_name
         from analysis.dashboard import log_figures
 
         sweep = Path(args.runs[0]) if args.source == "local" and args.runs and len(args.runs) == 1 else None

@@ -1,6 +1,6 @@
 """The names readers see: one map from agon's internal names (presets, metric keys) to human labels, used by every
 figure, the tables and the W&B dashboard, so that a cell is called the same everywhere. A method's label is its
-registry's (``agon.methods``, recorded in each run's summary as ``method_label``), never a second table here.
+registry's (``agon.core.methods``, recorded in each run's summary as ``method_label``), never a second table here.
 
 Left out on purpose: labels of cells that the axes already spell out (``competitive · visible``): those come from
 ``analysis.load`` and are shown as they are.

@@ -20,16 +20,16 @@ A *cell* is one point of the design: the axes that apply to the run's method plu
 pooled. Axes that do not apply to a method (e.g. the reward of vanilla GRPO) hold "-" and are left out of its cell,
 so baselines launched with different defaults still pool. What applies, the method's label and whether it is a
 baseline come from the method itself, never from a table here: ``summary.json``'s ``method_axes`` and
-``method_label`` (written by the run), else the method registered in ``agon.methods.METHODS`` (runs written before
+``method_label`` (written by the run), else the method registered in ``agon.core.methods.METHODS`` (runs written before
 those keys existed), else every axis and the bare name (a method this process has not imported, e.g. one
 registered in a user's script: nothing is pooled that might differ).
 
 A cell's label names only what sets it apart: for the method under study (``baseline`` False) the grid's reward
 and exchange, then rotation and init when not at their default (``competitive · visible · fixed roles``); for a
 baseline its label, then any applicable axis not at its default (``self-refine · hidden``). Defaults are the
-config schema's (``agon.config``).
+config schema's (``agon.core.config``).
 
-What a run directory holds and how to read it is ``agon.run_files``; nothing here reads a file by its own rules.
+What a run directory holds and how to read it is ``agon.records.run_files``; nothing here reads a file by its own rules.
 
 ``load_runs(source="wandb", project=..., filters=...)`` builds the same frames from ``wandb.Api().runs``
 (history instead of ``metrics.jsonl``; ``evals`` is empty, since per-problem rows are local only).
@@ -46,22 +46,11 @@ from typing import Any
 
 import pandas as pd
 
-from agon.config import ExchangeConfig, InitConfig, RewardConfig, RotationConfig, exchange_name
-from agon.methods import AXES as METHOD_AXES
-from agon.methods import METHODS
-from agon.run_files import (
-    CONFIG,
-    EVAL,
-    METRICS,
-    OVERRIDES,
-    SUMMARY,
-    SWEEP_MARKER,
-    is_run_dir,
-    read_json,
-    read_jsonl,
-    read_yaml,
-    sweep_name,
-)
+from agon.core.config import ExchangeConfig, InitConfig, RewardConfig, RotationConfig, exchange_name
+from agon.core.methods import AXES as METHOD_AXES
+from agon.core.methods import METHODS
+from agon.records.run_files import (CONFIG, EVAL, METRICS, OVERRIDES, SUMMARY, SWEEP_MARKER, is_run_dir, read_json,
+                                    read_jsonl, read_yaml, sweep_name)
 
 AXES = ("method", *METHOD_AXES, "task", "model")
 # where each axis lives in the resolved config
@@ -94,7 +83,7 @@ NA = "-"
 # canonical order of config values in tables and figures (methods come in the registry's order)
 ORDER = {
     "reward": ("competitive", "cooperative", "paper"),
-    # latent exchange names its span (agon.latent.exchange_name)
+    # latent exchange names its span (agon.models.latent.exchange_name)
     "exchange": ("visible", "hidden", "latent:recap", "latent:trace"),
     "rotation": ("alternate", "fixed"),
     "init": ("divergent", "symmetric"),

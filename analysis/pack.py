@@ -8,7 +8,7 @@ evaluation before training (phase ``start``, the earliest where there are severa
 (phase ``final``, at the run's last step), in that order, gzip-compressed (every evaluation's headline numbers are
 in ``metrics.jsonl``; the start's rows give the within-run outcomes their change since the start,
 ``analysis.paired``); and the sweep's ``multirun.yaml``. ``analysis.load`` reads the packed directory as it reads
-the sweep (``agon.run_files.read_jsonl`` falls back to the ``.gz``), so ``make figures RUNS=<dest>`` redraws the
+the sweep (``agon.records.run_files.read_jsonl`` falls back to the ``.gz``), so ``make figures RUNS=<dest>`` redraws the
 figures from it.
 
 Left out on purpose: checkpoints, adapters, ``samples.jsonl``, W&B files (hundreds of MB per sweep, and not
@@ -27,7 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from agon.run_files import CONFIG, EVAL, METRICS, OVERRIDES, RUN_LOG, SUMMARY, SWEEP_MARKER, read_jsonl
+from agon.records.run_files import CONFIG, EVAL, METRICS, OVERRIDES, RUN_LOG, SUMMARY, SWEEP_MARKER, read_jsonl
 from analysis.load import find_run_dirs
 
 

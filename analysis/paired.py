@@ -42,7 +42,7 @@ Between arms (``budget_table``): each run's held-out accuracy curve (``eval/accu
 (``train/step``) or in generated tokens (``train/generated_tokens``, cumulative over the run's training steps; 0 at
 the evaluation before training; the evaluations' own tokens are not counted): at the largest x every run reaches,
 each arm's mean over seeds and each pair of arms' difference, Student's t with the SD pooled over every arm's seeds
-(``analysis.claims.pooled_sd``), never below the largest binomial SD sqrt(a (1 - a) / (problems x samples)) of the
+(``analysis.stats.pooled_sd``), never below the largest binomial SD sqrt(a (1 - a) / (problems x samples)) of the
 evaluations the runs' values are read between. The interim evaluations are smaller than the ones before and after
 training (100 x 4 against 300 x 16 in sweeps/results_target_sum.yaml: the first 100 held-out problems, which need
 not be as hard as all 300). Where the runs are not all read at evaluations of one size (``one_design_at``; at equal
@@ -71,8 +71,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.claims import pooled_interval, pooled_sd
 from analysis.load import Runs
+from analysis.stats import pooled_interval, pooled_sd
 from analysis.tables import final_evaluation, headline_rows
 
 # the kinds of a wrong draft's recap, in the order the tables list them

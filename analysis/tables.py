@@ -456,7 +456,7 @@ def to_latex_full(table: pd.DataFrame, caption: str = "") -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the recap diagnostic (eval.diagnostic: agon.eval.diagnose)
+# the recap diagnostic (eval.diagnostic: agon.game.diagnostic.diagnose)
 
 RECAP_SHOWN = {"rival": "rival's recap", "correct": "correct recap", "wrong": "wrong recap", "none": "no recap"}
 

@@ -1,6 +1,6 @@
 """Shared fixtures: the real config tree composed with Hydra's compose API, and tiny offline models.
 
-Nothing here touches the network. Two model sizes, both Qwen3-architecture and built by ``agon.world``:
+Nothing here touches the network. Two model sizes, both Qwen3-architecture and built by ``agon.models.world``:
   ``TINY``        a nearly random 32-wide model (3 warm-start steps) for tests of the world's own mechanics;
   ``TEST_WORLD``  the test world every training test uses: warm-started just far enough that about half of its
                   sampled answers are right and every draft carries a recap, so rewards vary within groups,
@@ -21,12 +21,13 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-import agon.checks
-import agon.config
-from agon.engines import HFEngine, Sampling
-from agon.policies import Completion
+import agon.training.checks
+import agon.core.config
+from agon.engines import Sampling
+from agon.engines.hf import HFEngine
+from agon.models.tokens import Completion
 
-CONF = agon.config.CONF_DIR
+CONF = agon.core.config.CONF_DIR
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -69,7 +70,7 @@ SMALL_RUN = [
 
 # agon's schema and resolvers in Hydra's store: every test composes as agon's own app does (agon.run registers
 # them on import; a test may compose without importing it)
-agon.config.register_configs()
+agon.core.config.register_configs()
 
 
 class RecordingEngine(HFEngine):
@@ -101,7 +102,7 @@ def base_state(policies) -> dict:
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
-    return agon.checks.compose_config(overrides or [])
+    return agon.training.checks.compose_config(overrides or [])
 
 
 def run_agon(args: list[str], cache: Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
@@ -145,7 +146,7 @@ def step_cfg(small_cfg):
 @pytest.fixture(scope="session")
 def tiny_base(agon_cache):
     """(cfg, (model, tokenizer)) of the test world, loaded through from_pretrained."""
-    from agon.policies import load_base
+    from agon.models.loading import load_base
 
     cfg = compose_config(TEST_WORLD)
     return cfg, load_base(cfg.model, cfg.task, log=lambda *_: None)
@@ -156,7 +157,7 @@ def policies(tiny_base):
     """Fresh two-adapter Policies over a fresh copy of the tiny base (tests may train it)."""
     import copy
 
-    from agon.policies import Policies
+    from agon.models.policies import Policies
 
     cfg, (model, tokenizer) = tiny_base
     return Policies(copy.deepcopy(model), tokenizer, ["A", "B"], cfg.model.lora)

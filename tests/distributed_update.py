@@ -16,11 +16,12 @@ import torch
 
 
 def main(directory: Path) -> None:
-    from agon.distributed import Ranks
-    from agon.policies import build_policies, load_base
-    from agon.recorder import Recorder
+    from agon.core.distributed import Ranks
+    from agon.models.loading import load_base
+    from agon.models.policies import build_policies
+    from agon.records.recorder import Recorder
     from agon.tasks import build_task
-    from agon.trainer import Trainer
+    from agon.training.trainer import Trainer
 
     torch.set_num_threads(1)
     cfg, game, rewards, loss_types = pickle.loads((directory / "inputs.pkl").read_bytes())

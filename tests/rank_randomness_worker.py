@@ -16,9 +16,9 @@ import torch
 
 
 def main(directory: Path) -> None:
-    from agon.cascade import evaluate
-    from agon.distributed import Ranks
-    from agon.recorder import Recorder
+    from agon.game.cascade import evaluate
+    from agon.core.distributed import Ranks
+    from agon.records.recorder import Recorder
     from agon.run import build_trainer
 
     torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""The settings map: for every key of the typed config (``agon/config.py``), the test that sets it away from its
+"""The settings map: for every key of the typed config (``agon/core/config.py``), the test that sets it away from its
 default and observes the effect where it acts (the model built, the problems drawn, the prompts, the reward, the
 loss, the files written), or why the key changes nothing a run computes.
 
@@ -329,9 +329,9 @@ UNNAMED: dict[tuple[str, str], str] = {
 
 # key -> why it changes nothing a run computes
 NOT_COMPUTED: dict[str, str] = {
-    "model.shape": "names the published shape agon.model_shape and agon.smoke_real build a random checkpoint of, and "
-                   "the model's label in summary.json (model_label); a run loads its weights from model.path or "
-                   "model.name",
+    "model.shape": "names the published shape agon.bench.model_shape and agon.bench.smoke_real build a random "
+                   "checkpoint of, and the model's label in summary.json (model_label); a run loads its weights from "
+                   "model.path or model.name",
     "logger.name": "the mirror of the run's records (none or W&B); the run's own files are the same either way "
                    "(run.PRESENTATION_KEYS leaves logger out of what makes two runs the same)",
     "logger.project": "the W&B project the mirror logs to",

@@ -6,7 +6,7 @@ import random
 
 from omegaconf import OmegaConf
 
-from agon.config import ArithmeticTaskConfig
+from agon.core.config import ArithmeticTaskConfig
 from agon.tasks import build_task
 from agon.tasks.arithmetic import evaluate, worked_solution
 

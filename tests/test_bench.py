@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from agon import bench
+from agon.bench import ratios as bench
 from tests.conftest import TEST_WORLD
 
 PROMPTS, GENERATIONS, BUDGET = 2, 2, 40
@@ -70,7 +70,7 @@ def test_unequal_work_names_each_short_step():
 
 
 def test_the_engines_part_is_skipped_with_the_reason_where_vllm_is_nowhere_unless_asked_for(tmp_path, monkeypatch):
-    from agon.bench import engines_side_by_side
+    from agon.bench.ratios import engines_side_by_side
     from agon.engines import EngineError
 
     monkeypatch.delenv("AGON_VLLM_PYTHON", raising=False)

@@ -1,4 +1,4 @@
-"""The GPU check (agon.bench_gpu) refuses without CUDA, runs every part on a CPU at a tiny shape (both engines a GPU
+"""The GPU check (agon.bench.gpu) refuses without CUDA, runs every part on a CPU at a tiny shape (both engines a GPU
 image without vLLM has, the padded micro-batch training builds, a head chunk, a longer context), keeps each part's
 result on disk as it comes, and records a failing part without losing the others: so a GPU session's one try is
 not spent on a typo."""
@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from agon import bench_gpu
-from agon.bench_gpu import main
+from agon.bench import gpu as bench_gpu
+from agon.bench.gpu import main
 
 COLLECTIVES = ["init_process_group", "sum_stats_cpu_float64", "sum_grads_fp32", "broadcast_adapter", "gather_objects",
                "share_object", "barrier"]
@@ -87,7 +87,7 @@ def test_a_context_point_past_the_budget_is_skipped_with_its_reason(tmp_path, mo
 
 
 def test_the_padded_micro_batch_is_the_first_one_training_builds():
-    from agon.policies import length_batches
+    from agon.models.tokens import length_batches
 
     rows = bench_gpu.training_rows(8192, 65536, 128)
     assert len(rows) == 8 and max(rows) == 8191 and rows == sorted(rows, reverse=True)

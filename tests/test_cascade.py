@@ -33,10 +33,10 @@ from dataclasses import astuple
 
 import pytest
 
-from agon.cascade import EvalResult, agreement, divergence, evaluate, order_name, summarise
-from agon.methods import Evaluation, get_method
-from agon.policies import Completion
-from agon.rollout import Attempt, Game, Round
+from agon.game.cascade import EvalResult, agreement, divergence, evaluate, order_name, summarise
+from agon.core.methods import Evaluation, get_method
+from agon.models.tokens import Completion
+from agon.game.rollout import Attempt, Game, Round
 from agon.tasks import Problem, Verdict
 
 PROBLEMS = [Problem(f"p{k}", f"{k}+{k}", str(2 * k)) for k in range(4)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agon.checks import compose_config
+from agon.training.checks import compose_config
 from agon.tasks import Problem, build_task
 
 FIXTURE = Path(__file__).parent / "tasks" / "fixtures" / "codecontests.jsonl"

@@ -17,8 +17,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from agon.checks import validate
-from agon.config import ConfigError
+from agon.training.checks import validate
+from agon.core.config import ConfigError
 from tests.conftest import CONF, compose_config
 
 GROUPS = ["model", "task", "method", "reward", "exchange", "rotation", "init", "trainer", "eval", "logger", "debug",
@@ -404,8 +404,8 @@ DOCUMENTED = [CONF.parent / "README.md", *sorted((CONF.parent / "docs").glob("*.
 
 
 def _documented_paper_commands() -> list[tuple[str, list[str]]]:
-    """(where, overrides) of every ``agon.run`` (or ``agon``) command written in the docs, presets and sweeps that names
-    a paper preset on its command line (a sweep file run by name is checked through the file itself)."""
+    """(where, overrides) of every ``agon.run`` (or ``agon``) command written in the docs, presets and sweeps that
+    names a paper preset on its command line (a sweep file run by name is checked through the file itself)."""
     found = []
     for path in DOCUMENTED:
         for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -479,7 +479,7 @@ def test_no_axis_option_drops_a_setting_of_a_preset(preset):
 def test_a_cells_full_reward_is_in_its_summary():
     """The summary names the reward's mode and every weight, so a table can tell the paper's reward from the
     offline default's."""
-    from agon.rewards import reward_summary
+    from agon.core.rewards import reward_summary
 
     cfg = compose_config(["experiment=paper_deepmath", "reward=cooperative"])
     assert reward_summary(cfg.reward) == PAPER_REWARD["cooperative"]

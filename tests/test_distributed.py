@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from agon.distributed import Ranks
-from agon.policies import build_policies
-from agon.recorder import Recorder
-from agon.rewards import compute_rewards
-from agon.rollout import play
-from agon.run_files import read_json, read_jsonl
+from agon.core.distributed import Ranks
+from agon.models.policies import build_policies
+from agon.records.recorder import Recorder
+from agon.core.rewards import compute_rewards
+from agon.game.rollout import play
+from agon.records.run_files import read_json, read_jsonl
 from agon.tasks import build_task
-from agon.trainer import Trainer
+from agon.training.trainer import Trainer
 from tests.conftest import SMALL_RUN, TEST_WORLD, compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def test_three_agon_steps_across_two_processes(agon_cache, tmp_path):
     assert first == second  # bitwise-identical adapters on both ranks
     # ... and they are the adapters rank 0 saved
     cfg = compose_config(overrides)
-    from agon.policies import load_base
+    from agon.models.loading import load_base
 
     policies = build_policies(cfg, *load_base(cfg.model, cfg.task, log=lambda *_: None))
     policies.load_adapters(run_dir / "adapters")

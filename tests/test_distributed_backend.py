@@ -73,8 +73,8 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 def _caller() -> str:
     """Where the collective was called from: the innermost frame outside torch, accelerate, this module and
-    agon/distributed.py (the ``Ranks`` methods every collective of agon goes through)."""
-    conduits = {Path(__file__).resolve(), ROOT / "agon" / "distributed.py"}
+    agon/core/distributed.py (the ``Ranks`` methods every collective of agon goes through)."""
+    conduits = {Path(__file__).resolve(), ROOT / "agon" / "core" / "distributed.py"}
     for frame in reversed(traceback.extract_stack()):
         path = Path(frame.filename).resolve()
         if path in conduits or "site-packages" in path.parts:
@@ -133,8 +133,8 @@ def _rank_main(directory: Path, overrides: list[str]) -> None:
 
 def test_every_collective_of_a_run_is_served_by_the_gpu_group_and_waits_the_configured_timeout(agon_cache,
                                                                                                  tmp_path):
-    from agon.config import TrainerConfig
-    from agon.distributed import process_group_backend
+    from agon.core.config import TrainerConfig
+    from agon.core.distributed import process_group_backend
     from tests.conftest import SMALL_RUN, TEST_WORLD
     from tests.test_distributed import launch
 
@@ -155,7 +155,7 @@ def test_every_collective_of_a_run_is_served_by_the_gpu_group_and_waits_the_conf
         assert {"all_reduce", "broadcast", "all_gather_object", "broadcast_object_list", "barrier"} <= {
             c["op"] for c in calls}, calls
         statistics = [c for c in calls if c["op"] == "all_reduce" and c["dtypes"] == ["torch.float64"]
-                      and c["site"].startswith("agon/trainer.py")]
+                      and c["site"].startswith("agon/training/trainer.py")]
         assert statistics, "the trainer's loss statistics were not all-reduced: the check below would miss them"
 
         gpu_backend = process_group_backend("cuda")

@@ -15,14 +15,16 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agon import run_files
-from agon.config import ConfigError
-from agon.engines import ENGINES, HFEngine, Sampling, build_engine
-from agon.policies import Completion, Policies
-from agon.recorder import Recorder
-from agon.role_batch import role_batches, sampler_logps
+from agon.records import run_files
+from agon.core.config import ConfigError
+from agon.engines import ENGINES, Sampling, build_engine
+from agon.engines.hf import HFEngine
+from agon.models.policies import Policies
+from agon.models.tokens import Completion
+from agon.records.recorder import Recorder
+from agon.training.role_batch import role_batches, sampler_logps
 from agon.tasks import build_task
-from agon.trainer import Trainer
+from agon.training.trainer import Trainer
 from tests.conftest import SMALL_RUN, TEST_WORLD, compose_config
 
 VLLM = ["generation.engine=vllm", "generation.vllm.start_timeout_s=300"]
@@ -71,7 +73,7 @@ def _trainer_logps(policies: Policies, prompts, completions, adapter, temperatur
 
 
 def test_the_engines_are_looked_up_by_name_and_a_wrong_name_is_a_config_error():
-    from agon.checks import validate
+    from agon.training.checks import validate
 
     assert {"hf", "vllm"} <= set(ENGINES)
     with pytest.raises(ConfigError, match="generation.engine='vlm'"):
@@ -108,7 +110,8 @@ def test_asking_for_vllm_where_it_is_not_installed_fails_before_any_model_loads(
 def test_a_workers_gpu_is_its_ranks_even_when_the_scheduler_set_cuda_visible_devices():
     """SLURM sets CUDA_VISIBLE_DEVICES for the job; rank 1's model is on cuda:1, the second GPU of that list, and its
     worker must see that GPU alone (inheriting the list put every rank's worker on the first GPU)."""
-    from agon.engines import EngineError, worker_env, worker_gpu
+    from agon.engines import EngineError
+    from agon.engines.vllm_engine import worker_env, worker_gpu
 
     assert worker_gpu(1, "4,6,7") == "6"
     assert worker_gpu(None, "4,6,7") == "4"
@@ -124,9 +127,10 @@ def test_a_workers_gpu_is_its_ranks_even_when_the_scheduler_set_cuda_visible_dev
 
 
 def test_the_fallback_engine_samples_when_vllm_is_installed_nowhere_and_says_so(tiny_base, tmp_path):
-    from agon.checks import validate
-    from agon.engines import HFContinuousEngine, engine_name
-    from agon.preflight import check_engine
+    from agon.training.checks import validate
+    from agon.engines import engine_name
+    from agon.engines.hf_continuous import HFContinuousEngine
+    from agon.training.preflight import check_engine
 
     missing = f"generation.vllm.python={tmp_path / 'none' / 'python'}"
     cfg = compose_config(TEST_WORLD + ["generation.engine=vllm", "generation.fallback=hf_continuous", missing])
@@ -148,7 +152,7 @@ def test_the_engines_stop_on_every_end_of_turn_the_generation_config_names():
     from types import SimpleNamespace
 
     from agon.families import get_family
-    from agon.model_shape import build_tokenizer
+    from agon.bench.model_shape import build_tokenizer
 
     qwen3 = get_family("qwen3")
     tokenizer = build_tokenizer(qwen3.shape)
@@ -262,8 +266,8 @@ def test_each_correction_mode_bounds_the_weights_by_clip_min_and_clip_max_as_wor
 
 
 def test_role_batches_carry_the_engines_log_probs_only_when_every_row_has_them(tiny_base):
-    from agon.rewards import RoleRewards
-    from agon.rollout import Attempt, Game, Round
+    from agon.core.rewards import RoleRewards
+    from agon.game.rollout import Attempt, Game, Round
     from agon.tasks import Problem, Verdict
 
     policies = _fresh_policies(tiny_base)
@@ -315,9 +319,9 @@ def _more_likely(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _kept_set(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """[..., V] bool: the tokens a top-k then top-p sampler keeps from ``probs`` (after temperature), the rule
-    transformers and vLLM sample by, written here apart from ``agon.scoring``: fewer than ``top_k`` tokens more likely
-    (0: every token), and then, renormalised over what top-k kept, less than ``top_p`` of the mass on more likely
-    tokens."""
+    transformers and vLLM sample by, written here apart from ``agon.core.scoring``: fewer than ``top_k`` tokens more
+    likely (0: every token), and then, renormalised over what top-k kept, less than ``top_p`` of the mass on more
+    likely tokens."""
     kept = torch.ones_like(probs, dtype=torch.bool)
     if top_k:
         kept = _more_likely(probs)[0] < top_k
@@ -424,7 +428,7 @@ def test_sampled_tokens_are_draws_of_the_models_own_distribution_at_the_sampling
 def served(agon_cache):
     """(cfg, policies, vLLM engine) on the test world, the adapters perturbed far enough to change greedy answers."""
     cfg = compose_config(TEST_WORLD + VLLM + ["logger=none"])
-    from agon.policies import load_base
+    from agon.models.loading import load_base
 
     model, tokenizer = load_base(cfg.model, cfg.task, log=lambda *_: None, device="cpu")
     policies = Policies(model, tokenizer, ["A", "B"], cfg.model.lora)
@@ -555,9 +559,9 @@ def test_vllm_with_top_k_top_p_in_training_keeps_the_weights_at_one_and_the_grad
     mean importance weight of each role stays within [0.9, 1.1] over two steps, and the loss's gradient on one
     batch is within 2x of the gradient without sampler weights (what the hf engine, which reports none, trains
     with). Scored with the full softmax instead (the bug this fixes) the same rollouts' weights fall below 0.9."""
-    from agon.grpo import sampler_correction
-    from agon.rewards import compute_rewards
-    from agon.rollout import play_split
+    from agon.core.grpo import sampler_correction
+    from agon.core.rewards import compute_rewards
+    from agon.game.rollout import play_split
 
     for item in VLLM + ["trainer.top_k=5", "trainer.top_p=0.8", "trainer.vllm_importance_sampling_mode=sequence_mask",
                         "trainer.vllm_importance_sampling_clip_max=null"]:

@@ -6,10 +6,10 @@ import math
 from pathlib import Path
 
 from agon.engines import Engine, Sampling
-from agon.eval import RECAP_CONDITIONS, diagnose
-from agon.policies import Completion
+from agon.game.diagnostic import RECAP_CONDITIONS, diagnose
+from agon.models.tokens import Completion
 from agon.run import run
-from agon.run_files import read_jsonl
+from agon.records.run_files import read_jsonl
 from agon.tasks import build_task
 from agon.tasks.arithmetic import worked_solution
 from tests.conftest import TEST_WORLD, compose_config

@@ -15,11 +15,12 @@ import pytest
 import tqdm.auto
 from omegaconf import OmegaConf
 
-from agon.cascade import eval_size, evaluate
-from agon.engines import HFEngine, Sampling
-from agon.rollout import play
+from agon.game.cascade import eval_size, evaluate
+from agon.engines import Sampling
+from agon.engines.hf import HFEngine
+from agon.game.rollout import play
 from agon.run import run
-from agon.run_files import read_jsonl
+from agon.records.run_files import read_jsonl
 from agon.tasks import build_task
 
 # the full evaluation of the run below and its interim one (problems, samples)

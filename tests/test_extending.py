@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agon import run_files
+from agon.records import run_files
 from tests.conftest import TEST_WORLD, run_agon
 
 ROOT = Path(__file__).parents[1]
@@ -42,6 +42,32 @@ def test_a_package_outside_agon_adds_a_task_a_reward_and_a_method_and_a_run_uses
     ids = {r["problem_id"] for r in run_files.read_jsonl(run_dir / run_files.EVAL)}
     assert ids and all(int(n) % 2 == 0 for i in ids for n in i.replace("-", "+").split("+"))
 
+
+
+def test_a_plugin_written_against_the_old_flat_paths_still_imports_them_with_a_warning():
+    """``agon.config``, ``agon.rewards`` and ``agon.methods`` (the extension API before the modules moved into
+    folders) import as the very modules of their new paths, so a registration through an old path lands in the one
+    registry; each warns once, naming the new path. A fresh interpreter: nothing imported before the old paths."""
+    probe = """
+import warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as seen:
+    from agon.rewards import REWARD_MODES, register_reward
+    from agon.methods import register_method
+    from agon.config import TaskConfig
+    import agon.config
+import agon.core.config, agon.core.rewards, agon.core.methods
+from agon.core.rewards import REWARD_MODES as registry
+assert REWARD_MODES is registry and agon.config is agon.core.config and TaskConfig is agon.core.config.TaskConfig
+assert agon.core.rewards.__spec__.name == "agon.core.rewards", agon.core.rewards.__spec__
+print(sorted(str(w.message) for w in seen if w.category is DeprecationWarning))
+import agon.policies
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.strip() == str(sorted(f"agon.{old} is now agon.core.{old}: import it from there"
+                                            for old in ("config", "methods", "rewards"))), out.stderr[-2000:]
+    # only the extension API has an old path: any other old module is gone, not silently aliased
+    assert "ModuleNotFoundError: No module named 'agon.policies'" in out.stderr, out.stderr[-2000:]
 
 def test_a_toy_hydra_app_in_agons_environment_sees_none_of_agons_schemas(tmp_path):
     """Hydra imports every installed ``hydra_plugins`` module (agon's Optuna sweeper among them) in every app: an

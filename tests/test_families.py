@@ -1,7 +1,7 @@
 """Each model family at its real layer types, tiny widths: the checkpoint loads as its language model alone, agon's
 chunked scoring equals the model's own logits (soft-cap included) in values and LoRA gradients, batching with left
 padding changes nothing, both engines that serve it sample, and its chat format gives the tasks a visible part and a
-recap, thinking on and off. The checkpoints are the families' offline shapes (``agon.model_shape``) with the real
+recap, thinking on and off. The checkpoints are the families' offline shapes (``agon.bench.model_shape``) with the real
 vocabulary and tokenizer layout, cut to widths of 64 and a handful of layers that keep every layer type: Qwen3.5's
 linear and full attention, Gemma 4's sliding and full attention with KV sharing, per-layer inputs and the soft-cap."""
 
@@ -13,12 +13,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agon.checks import compose_config, validate
-from agon.config import ConfigError, LoraConfig
+from agon.training.checks import compose_config, validate
+from agon.core.config import ConfigError, LoraConfig
 from agon.engines import engine_name
 from agon.families import FAMILIES, Family, get_family, known_families
-from agon.model_shape import ensure_model
-from agon.policies import Policies
+from agon.bench.model_shape import ensure_model
+from agon.models.policies import Policies
 from agon.tasks import Problem, build_task
 from tests.test_engines import bounded  # noqa: F401  (the vLLM test's time limit)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agon.checks import compose_config, validate
-from agon.config import ConfigError
+from agon.training.checks import compose_config, validate
+from agon.core.config import ConfigError
 from agon.engines import ENGINES
 from agon.families import get_family, known_families
 
@@ -82,8 +82,8 @@ def test_the_context_is_the_text_configs_for_the_multimodal_config_too(name, siz
     keeps ``max_position_embeddings`` in its ``text_config``, and a top-level read finds none, which turns every
     context check off. Checked on the checkpoint's own (multimodal) config, on its text part, and through
     ``load_tokenizer``, which reads ``config.json`` before any weight loads (the config check's context)."""
-    from agon.policies import load_tokenizer
-    from agon.world import build_tokenizer
+    from agon.models.loading import load_tokenizer
+    from agon.models.world import build_tokenizer
 
     family = get_family(name)
     config = family.shape_config(size)

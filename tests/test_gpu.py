@@ -14,11 +14,11 @@ def test_agon_step_on_qwen3_0_6b_shape(tmp_path):
     (A random model is never right, so its advantages are zero and the adapters need not move.)"""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from agon import world
-    from agon.policies import build_policies
-    from agon.recorder import Recorder
+    from agon.models import world
+    from agon.models.policies import build_policies
+    from agon.records.recorder import Recorder
     from agon.tasks import build_task
-    from agon.trainer import Trainer
+    from agon.training.trainer import Trainer
     from tests.conftest import compose_config
 
     cfg = compose_config(["model=qwen3_0.6b", "logger=none", "trainer.prompts_per_step=4",

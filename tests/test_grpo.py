@@ -7,18 +7,8 @@ import math
 import pytest
 import torch
 
-from agon.grpo import (
-    LOSSES,
-    clipped_surrogate,
-    get_loss,
-    group_advantages,
-    kl_k3,
-    masked_mean,
-    merge_stats,
-    policy_loss,
-    sampler_correction,
-    sampler_mismatch,
-)
+from agon.core.grpo import (LOSSES, clipped_surrogate, get_loss, group_advantages, kl_k3, masked_mean, merge_stats,
+                            policy_loss, sampler_correction, sampler_mismatch)
 
 
 def groups(batch: int, size: int) -> torch.Tensor:
@@ -191,8 +181,8 @@ def test_micro_batches_sum_to_the_whole_batch(loss_type):
 def trl_setup(tmp_path_factory):
     from datasets import Dataset
 
-    from agon import world
-    from agon.config import TinyWorldConfig
+    from agon.models import world
+    from agon.core.config import TinyWorldConfig
 
     tok = world.build_tokenizer()
     model = world.build_model(TinyWorldConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
@@ -210,7 +200,8 @@ def trl_setup(tmp_path_factory):
 def test_loss_equals_trl(trl_setup, loss_type, beta, eps_high):
     from trl import GRPOConfig, GRPOTrainer
 
-    from agon.policies import Completion, Policies
+    from agon.models.policies import Policies
+    from agon.models.tokens import Completion
 
     tok, model, data, out = trl_setup
     args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=4, num_generations=2,

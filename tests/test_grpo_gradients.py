@@ -1,4 +1,4 @@
-"""Gradients, not only values, of every term of the GRPO loss at a non-zero weight (``agon.grpo``).
+"""Gradients, not only values, of every term of the GRPO loss at a non-zero weight (``agon.core.grpo``).
 
 A loss term can have the right value and the wrong gradient: a factor detached that should not be (the KL's
 importance ratio), a weight that carries a graph it should not. Value comparisons (tests/test_grpo.py against TRL)
@@ -15,7 +15,7 @@ import itertools
 import pytest
 import torch
 
-from agon.grpo import policy_loss, sampler_correction
+from agon.core.grpo import policy_loss, sampler_correction
 from tests.test_grpo import trl_setup  # noqa: F401  (the fixture: a tiny model TRL's trainer loads)
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")

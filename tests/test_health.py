@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from agon.health import LearningWatch
+from agon.training.health import LearningWatch
 
 
 def _metrics(zero_std: float, truncated: float, limited: int = 0, roles=("drafter", "challenger")) -> dict:
@@ -140,9 +140,9 @@ def test_after_one_step_a_cause_is_said_at_once():
 
 def test_the_trainer_watches_with_the_warn_settings_of_its_config(small_cfg, policies, tmp_path):
     """Each trainer.warn_* key reaches the watch in its own place (distinct values, so a swap shows)."""
-    from agon.recorder import Recorder
+    from agon.records.recorder import Recorder
     from agon.tasks import build_task
-    from agon.trainer import Trainer
+    from agon.training.trainer import Trainer
 
     t = small_cfg.trainer
     t.warn_after_steps, t.warn_zero_std_ratio, t.warn_truncated_ratio, t.warn_importance_ratio = 2, 0.6, 0.7, 0.3

@@ -75,6 +75,10 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_from_a_folder_with_no_source_tre
     names = zipfile.ZipFile(wheel).namelist()
     assert "agon/conf/config.yaml" in names and "agon/sweeps/grid_2x2.yaml" in names
     assert "agon/shipped_bases/manifest.json" in names
+    # every layer's folder, the vLLM worker script its engine starts by path, and `python -m agon.bench`
+    layers = ("core", "tasks", "families", "records", "models", "engines", "game", "training", "bench")
+    assert {f"agon/{layer}/__init__.py" for layer in layers} <= set(names), sorted(names)
+    assert {"agon/engines/vllm_worker.py", "agon/bench/__main__.py"} <= set(names)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"

@@ -1,4 +1,4 @@
-"""Latent exchange (``exchange=latent``, ``agon/latent.py``) on the test world and on Qwen3-shaped completions.
+"""Latent exchange (``exchange=latent``, ``agon/models/latent.py``) on the test world and on Qwen3-shaped completions.
 
 What is checked, value by value:
 - exactness: with A and B holding the same weights, the challenger's logits after the latent prefix are those of the
@@ -22,16 +22,18 @@ import copy
 import pytest
 import torch
 
-from agon.checks import validate
-from agon.config import ConfigError
-from agon.engines import EngineError, HFContinuousEngine, Sampling
-from agon.latent import SPANS, Prefixes, reasoning_end
-from agon.policies import Completion, Policies, Tokens
-from agon.recorder import Recorder
-from agon.rollout import play, render
+from agon.training.checks import validate
+from agon.core.config import ConfigError
+from agon.engines import EngineError, Sampling
+from agon.engines.hf_continuous import HFContinuousEngine
+from agon.models.latent import SPANS, Prefixes, reasoning_end
+from agon.models.policies import Policies
+from agon.models.tokens import Completion, Tokens
+from agon.records.recorder import Recorder
+from agon.game.rollout import play, render
 from agon.tasks import build_task
 from agon.tasks.text import visible_text
-from agon.trainer import Trainer
+from agon.training.trainer import Trainer
 from tests.conftest import compose_config
 
 GREEDY = Sampling(max_new_tokens=32, temperature=0.0)
@@ -64,7 +66,7 @@ def _written_out(policies: Policies, game) -> Tokens:
     """The challenger's rows with each prefix written into the prompt: prefix ids then prompt ids, one sequence."""
     attempts = game.attempts("challenger")
     whole = [list(a.prefix) + policies.prompt_ids([a.prompt])[0] for a in attempts]
-    from agon.latent import left_pad
+    from agon.models.latent import left_pad
 
     ids, mask = left_pad(whole, policies.tokenizer.pad_token_id)
     plain = policies.batch_tensors([a.prompt for a in attempts], [a.completion for a in attempts])
@@ -121,7 +123,7 @@ def test_the_prefix_states_are_the_drafters_own_and_not_the_challengers(small_cf
     policies.perturb("A", 0.05, seed=3)
     policies.perturb("B", 0.05, seed=4)
     rows = [(29, 21, 28, 37, 25), (26, 19), (), (3, 29, 21, 28, 37, 25, 35, 25)]
-    from agon.latent import left_pad
+    from agon.models.latent import left_pad
 
     ids, mask = left_pad(rows, tokenizer.pad_token_id)
     decoder, _ = policies._decoder_and_head()
@@ -196,7 +198,7 @@ def qwen3_policies():
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from agon.families import get_family
-    from agon.model_shape import build_tokenizer
+    from agon.bench.model_shape import build_tokenizer
 
     family = get_family("qwen3")
     tokenizer = build_tokenizer(family.shape)
@@ -290,8 +292,8 @@ def test_a_latent_step_moves_the_challenger_and_no_gradient_reaches_the_drafter_
     never saw, the challenger is hardly ever right. Then a whole latent step (recap, where rewards spread) moves B."""
     from dataclasses import replace
 
-    from agon.rewards import compute_rewards
-    from agon.role_batch import role_batches
+    from agon.core.rewards import compute_rewards
+    from agon.training.role_batch import role_batches
 
     step_cfg.exchange.mode, step_cfg.exchange.span = "latent", span
     policies.perturb("B", 0.02, seed=0)
@@ -340,7 +342,7 @@ def test_with_several_passes_the_prefix_stays_the_drafters_as_sampled(step_cfg, 
 
 
 def test_every_generate_call_and_scoring_micro_batch_counts_the_prefix(small_cfg, policies, monkeypatch):
-    from agon.policies import length_batches
+    from agon.models.tokens import length_batches
 
     calls = []
     real = Policies._generate
@@ -407,7 +409,7 @@ def test_under_gradient_checkpointing_the_prefix_is_kept_and_the_gradient_is_the
 
 
 def test_the_cascade_plays_both_orders_with_the_drafters_prefix(small_cfg, policies):
-    from agon.cascade import evaluate
+    from agon.game.cascade import evaluate
 
     small_cfg.exchange.mode, small_cfg.exchange.span = "latent", "recap"
     policies.perturb("B", 0.02, seed=0)

@@ -1,6 +1,6 @@
 """The model's context under ``exchange=latent``: a challenger's prompt is read after its latent prefix (the
 drafter's key/value states), so the prefix's tokens take positions of the context as the prompt's do
-(``Policies.sample``; ``agon.latent``).
+(``Policies.sample``; ``agon.models.latent``).
 
 A room computed from the prompt alone lets a challenger with a long prefix sample past the model's last position:
 no error on a model with rotary positions, only positions it was never trained on. Here the context is short and
@@ -9,8 +9,8 @@ the prefixes long, so prompt plus budget fits and prefix plus prompt plus budget
 
 from __future__ import annotations
 
-from agon.latent import Prefixes
-from agon.world import build_tokenizer
+from agon.models.latent import Prefixes
+from agon.models.world import build_tokenizer
 from tests.test_scoring import _policies
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from agon import model_shape
+from agon.bench import model_shape
 from agon.families import get_family
 
 QWEN3 = get_family("qwen3")
@@ -77,7 +77,7 @@ def test_template_renders_thinking_on_and_off(tok):
 
 def test_vocabulary_is_deterministic_across_processes(tok):
     # a fresh process draws fresh hash seeds (Python's and the Rust trainer's), so equal tables mean determinism
-    code = ("import hashlib, json; from agon.model_shape import bpe_tables; v, m = bpe_tables(); "
+    code = ("import hashlib, json; from agon.bench.model_shape import bpe_tables; v, m = bpe_tables(); "
             "print(hashlib.sha256(json.dumps([sorted(v.items()), [list(p) for p in m]]).encode()).hexdigest())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     model = json.loads(tok.backend_tokenizer.to_str())["model"]

@@ -36,13 +36,13 @@ def test_a_mutation_run_never_runs_this_file_unless_told_to():
     named mutant "killed" for a reason that is not behaviour: a run leaves it out by default, also when the whole
     suite is named (``--tests tests``) or a mutant names it, and ``--exclude`` with no path puts it back."""
     me = "tests/test_mutation_tool.py"
-    m = mutation.Mutant("x", "agon/grpo.py", "", "a", "b", tests=[me, "tests/test_grpo.py"])
+    m = mutation.Mutant("x", "agon/core/grpo.py", "", "a", "b", tests=[me, "tests/test_grpo.py"])
     assert me in mutation.EXCLUDED
     assert mutation.pytest_targets(m) == ["tests/test_grpo.py", f"--ignore={me}"]
     assert mutation.pytest_targets(m, ["tests"]) == ["tests", f"--ignore={me}"]
     assert mutation.pytest_targets(m, ["tests"], ()) == ["tests"]
-    plain = mutation.Mutant("y", "agon/grpo.py", "", "a", "b")
-    assert mutation.pytest_targets(plain)[:-1] == mutation.TESTS["agon/grpo.py"]
+    plain = mutation.Mutant("y", "agon/core/grpo.py", "", "a", "b")
+    assert mutation.pytest_targets(plain)[:-1] == mutation.TESTS["agon/core/grpo.py"]
 
 
 def test_pytest_ignores_the_excluded_file_when_the_suite_is_named(tmp_path):
@@ -53,7 +53,7 @@ def test_pytest_ignores_the_excluded_file_when_the_suite_is_named(tmp_path):
     tests.mkdir()
     (tests / "test_mutation_tool.py").write_text("def test_fails():\n    assert False\n")
     (tests / "test_other.py").write_text("def test_passes():\n    pass\n")
-    m = mutation.Mutant("x", "agon/grpo.py", "", "a", "b")
+    m = mutation.Mutant("x", "agon/core/grpo.py", "", "a", "b")
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           *mutation.pytest_targets(m, ["tests"])], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agon.config import ConfigError
-from agon.loggers import LOGGERS, Logger
+from agon.core.config import ConfigError
+from agon.records.loggers import LOGGERS, Logger
 from agon.run import run
 
 EXIT_CODES = "test-exit-codes"

@@ -43,7 +43,7 @@ def test_divergent_init_perturbs_only_b(policies):
 def test_perturbation_is_seeded(tiny_base):
     import copy
 
-    from agon.policies import Policies
+    from agon.models.policies import Policies
 
     cfg, (model, tok) = tiny_base
     one = Policies(copy.deepcopy(model), tok, ["A", "B"], cfg.model.lora)
@@ -63,7 +63,7 @@ def test_init_modes_at_step_zero_as_a_run_builds_them(tiny_base):
     """divergent: A's lora_B zero and B's not; symmetric: both zero (through the run's own builder)."""
     import copy
 
-    from agon.policies import build_policies
+    from agon.models.policies import build_policies
     from tests.conftest import TEST_WORLD, compose_config
 
     _, (model, tok) = tiny_base
@@ -81,8 +81,8 @@ def test_split_init_trains_each_adapter_on_its_own_half(tiny_base):
     changed key changes them. Without a task (adapters about to be loaded) it trains nothing."""
     import copy
 
-    import agon.world
-    from agon.policies import build_policies, split_half
+    import agon.models.world
+    from agon.models.policies import build_policies, split_half
     from agon.tasks import build_task
     from tests.conftest import TEST_WORLD, compose_config
 
@@ -90,18 +90,18 @@ def test_split_init_trains_each_adapter_on_its_own_half(tiny_base):
     cfg = compose_config(TEST_WORLD + ["init=split", "init.steps=3", "init.batch_size=4", "init.lr=1e-2"])
     task = build_task(cfg.task)
     seen: list[list[str]] = []
-    real = agon.world.supervised_loss
+    real = agon.models.world.supervised_loss
 
     def recording(model, tokenizer, pairs):  # the real loss, recording which problems each step trained on
         seen.append([prompt for prompt, _ in pairs])
         return real(model, tokenizer, pairs)
 
-    agon.world.supervised_loss = recording
+    agon.models.world.supervised_loss = recording
     torch.manual_seed(0)  # LoRA's own init draws from the global generator, which a run seeds first
     try:
         split = build_policies(cfg, copy.deepcopy(model), tok, task)
     finally:
-        agon.world.supervised_loss = real
+        agon.models.world.supervised_loss = real
     assert [len(s) for s in seen] == [4] * 6  # 3 steps x 4 problems, A's then B's
     pool = {p.id: p for p in task.train_problems()}
     for k, steps in enumerate((seen[:3], seen[3:])):
@@ -171,7 +171,7 @@ def test_logps_match_the_sampler(policies):
                                       pad_token_id=policies.tokenizer.pad_token_id, eos_token_id=[])
     gen = out.sequences[:, enc["input_ids"].shape[1]:]
     scores = torch.stack(out.scores, 1).log_softmax(-1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
-    from agon.policies import Completion
+    from agon.models.tokens import Completion
 
     comps = [Completion("", tuple(r.tolist()), True) for r in gen]
     with torch.no_grad(), policies.use_adapter("A"):
@@ -211,7 +211,7 @@ def test_a_finished_completion_keeps_every_token_through_its_end_of_turn(policie
 
 
 def test_a_hub_model_loads_from_its_local_path_and_fails_clearly_without_one(tiny_base, tmp_path):
-    from agon.policies import ModelLoadError, load_base
+    from agon.models.loading import ModelLoadError, load_base
     from tests.conftest import TEST_WORLD, compose_config
 
     _, (model, tok) = tiny_base
@@ -230,17 +230,17 @@ def test_a_hub_model_loads_from_its_local_path_and_fails_clearly_without_one(tin
 def test_bfloat16_on_a_cpu_without_native_bf16_names_the_setting_to_change(tiny_base, tmp_path, monkeypatch, fast):
     """On a CPU whose bfloat16 matmul is torch's fallback (90x slower than float32 on an AVX2 EPYC), loading in
     bfloat16 says so once and names model.dtype=float32; where bfloat16 is native it says nothing."""
-    import agon.policies
+    import agon.models.loading
     from tests.conftest import TEST_WORLD, compose_config
 
     _, (model, tok) = tiny_base
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    monkeypatch.setattr(agon.policies, "cpu_has_fast_bf16", lambda: fast)
+    monkeypatch.setattr(agon.models.loading, "cpu_has_fast_bf16", lambda: fast)
     cfg = compose_config(TEST_WORLD + ["model=qwen3_0.6b", f"model.path={tmp_path}", "model.dtype=bfloat16",
                                        "model.device=cpu"])
     said: list[str] = []
-    loaded, _ = agon.policies.load_base(cfg.model, cfg.task, log=said.append)
+    loaded, _ = agon.models.loading.load_base(cfg.model, cfg.task, log=said.append)
     assert next(loaded.parameters()).dtype == torch.bfloat16
     assert len([m for m in said if "model.dtype=float32" in m]) == (0 if fast else 1)
 
@@ -270,7 +270,7 @@ def test_ignore_eos_runs_every_completion_to_the_budget_and_ends_the_text_at_the
 
 
 def _lora_dtypes(model, adapter: str) -> set[torch.dtype]:
-    from agon.policies import lora_parameters
+    from agon.models.lora import lora_parameters
 
     return {p.dtype for _, p in lora_parameters(model, adapter)}
 
@@ -284,7 +284,8 @@ def test_every_adapter_is_float32_over_a_bfloat16_base(tiny_base, monkeypatch, p
 
     import peft
 
-    from agon.policies import Completion, Policies
+    from agon.models.policies import Policies
+    from agon.models.tokens import Completion
 
     cfg, (model, tok) = tiny_base
     if not peft_casts_added_adapters:
@@ -307,7 +308,7 @@ def test_lora_to_float32_upcasts_adapters_peft_left_in_bfloat16_and_the_check_na
 
     from peft import LoraConfig, get_peft_model
 
-    from agon.policies import AdapterDtypeError, check_lora_float32, lora_to_float32
+    from agon.models.lora import AdapterDtypeError, check_lora_float32, lora_to_float32
 
     cfg, (model, _) = tiny_base
     targets = cfg.model.lora.target_modules
@@ -335,7 +336,7 @@ def test_lora_to_float32_upcasts_adapters_peft_left_in_bfloat16_and_the_check_na
 def test_an_unpadded_row_is_scored_without_an_attention_mask_and_scores_as_in_a_padded_batch(policies):
     """A solo row (what length_batches gives a long row) reaches the decoder with no mask, so SDPA's causal path can
     run; a padded selection keeps its mask. Both give the row the same log-probs."""
-    from agon.policies import Completion
+    from agon.models.tokens import Completion
 
     prompts = [policies.render("1+2+3"), policies.render("12+30-4")]
     completions = [Completion("", tuple(range(5, 45)), True), Completion("", (8, 9, 10), True)]

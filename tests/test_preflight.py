@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from agon.config import ConfigError
-from agon.policies import ModelLoadError
-from agon.preflight import check_context, hub_ids, hub_reachable
+from agon.core.config import ConfigError
+from agon.models.loading import ModelLoadError
+from agon.training.preflight import check_context, hub_ids, hub_reachable
 from tests.conftest import compose_config, run_agon
 
 
@@ -60,7 +60,7 @@ def test_a_prompt_and_budget_longer_than_the_context_fail_before_the_model_is_bu
 
 def test_the_check_measures_the_longest_rendered_prompt_of_either_role():
     from agon.tasks import build_task
-    from agon.world import build_tokenizer
+    from agon.models.world import build_tokenizer
 
     cfg = compose_config(["task.heldout_size=20", "task.train_size=200", "eval.n_problems=20"])
     task, tok = build_task(cfg.task), build_tokenizer()
@@ -95,7 +95,7 @@ def test_an_unreachable_hub_is_probed_once_then_the_run_goes_offline_and_names_t
     offline, and a model absent from the (empty) cache is one error naming it."""
     import huggingface_hub.constants
 
-    from agon.preflight import check_sources
+    from agon.training.preflight import check_sources
 
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.setenv(var, "")  # restored after the test, as is the constant below
@@ -110,7 +110,7 @@ def test_an_unreachable_hub_is_probed_once_then_the_run_goes_offline_and_names_t
 
 def test_a_context_error_suggests_only_keys_the_task_has():
     from agon.tasks import build_task
-    from agon.world import build_tokenizer
+    from agon.models.world import build_tokenizer
 
     cfg = compose_config(["task.heldout_size=20", "task.train_size=200", "trainer.max_new_tokens=250"])
     with pytest.raises(ConfigError) as err:
@@ -159,7 +159,7 @@ def test_with_the_opt_in_the_paper_preset_runs_on_its_fallback_and_says_how_long
 
 @pytest.mark.parametrize("budget,refused", [(4096, True), (4095, False)])
 def test_the_fallback_is_refused_from_a_long_budget_on(budget, refused, monkeypatch):
-    from agon.preflight import check_engine
+    from agon.training.preflight import check_engine
 
     monkeypatch.setenv("AGON_VLLM_PYTHON", "/nonexistent/python")
     cfg = compose_config(["generation.engine=vllm", "generation.fallback=hf_continuous",
@@ -186,7 +186,7 @@ def _importable(monkeypatch, present: set[str]) -> None:
 
 @pytest.mark.parametrize("present,refused", [(set(), True), ({"flash_attn"}, False), ({"kernels"}, False)])
 def test_continuous_batching_on_cuda_asks_for_flash_attention(present, refused, monkeypatch):
-    from agon.preflight import check_engine
+    from agon.training.preflight import check_engine
 
     _importable(monkeypatch, present)
     cfg = compose_config(["generation.engine=hf_continuous", "model.device=cuda"])
@@ -204,7 +204,7 @@ def test_continuous_batching_on_cuda_asks_for_flash_attention(present, refused, 
 def test_a_family_without_its_kernels_on_cuda_is_refused_unless_accepted(present, refused, monkeypatch):
     """Qwen3.5's gated-delta and causal-conv1d layers: without their kernels, transformers' reference path."""
     from agon.families import get_family, known_families
-    from agon.preflight import check_engine
+    from agon.training.preflight import check_engine
 
     _importable(monkeypatch, present)
     cfg = compose_config(["model=qwen3_5_0.8b", "model.device=cuda"])

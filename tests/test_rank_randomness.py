@@ -1,5 +1,5 @@
 """Per-rank randomness across processes: every rank samples from its own stream, at the start of a run, in each
-evaluation chunk, and after a resume (``agon.run.build_trainer``, ``agon.cascade.evaluate``'s chunk seeds,
+evaluation chunk, and after a resume (``agon.run.build_trainer``, ``agon.game.cascade.evaluate``'s chunk seeds,
 ``Trainer.load_checkpoint``).
 
 Seeding or restoring every rank as rank 0 breaks nothing visible on one process and nothing that fails on two: each

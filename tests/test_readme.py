@@ -26,7 +26,7 @@ def test_every_page_folder_and_make_target_it_names_exists():
 
 
 def test_the_numbers_it_states_are_the_codes():
-    from agon.checks import compose_config
+    from agon.training.checks import compose_config
 
     shipped = json.loads((ROOT / "bases" / "manifest.json").read_text())
     assert "the four shipped offline worlds" in README and len(shipped) == 4

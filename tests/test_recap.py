@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from agon.config import ArithmeticTaskConfig
+from agon.core.config import ArithmeticTaskConfig
 from agon.tasks import build_task
 from agon.tasks.text import boxed_answers, last_boxed, remove_boxed, visible_text
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from agon import run_files
-from agon.recorder import Recorder
+from agon.records import run_files
+from agon.records.recorder import Recorder
 
 
 def _evaluation(rec: Recorder, step: int, phase: str) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agon.grpo import LOSSES
-from agon.loggers import LOGGERS
-from agon.registry import Registry
-from agon.rewards import REWARD_MODES
+from agon.core.grpo import LOSSES
+from agon.records.loggers import LOGGERS
+from agon.core.registry import Registry
+from agon.core.rewards import REWARD_MODES
 
 
 def test_duplicate_registration_is_refused():

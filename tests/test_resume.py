@@ -3,8 +3,8 @@ again with the same command, interrupted sweeps launched again, and sweeps throu
 the checkpoint keys write.
 
 Every kill is a SIGKILL of a real ``python -m agon.run`` process on the test world, at a point the run itself stops at
-(``AGON_TEST_PAUSE_AT``, ``agon.trainer.pause_point``), so no test races the run: each waits for a line or a file,
-never for a time, and holds on a machine whose cores are busy with other work.
+(``AGON_TEST_PAUSE_AT``, ``agon.training.trainer.pause_point``), so no test races the run: each waits for a line or a
+file, never for a time, and holds on a machine whose cores are busy with other work.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any, Callable
 
 import pytest
 
-from agon import run_files
-from agon.config import ConfigError
-from agon.recorder import Recorder
+from agon.records import run_files
+from agon.core.config import ConfigError
+from agon.records.recorder import Recorder
 from agon.run import finished_summary, run
 from agon.tasks import build_task
-from agon.trainer import PAUSE_AT, PAUSED, Trainer
+from agon.training.trainer import PAUSE_AT, PAUSED, Trainer
 from tests.conftest import SMALL_RUN, TEST_WORLD, compose_config
 
 ROOT = Path(__file__).parents[1]
@@ -367,7 +367,7 @@ def test_a_finished_run_is_reused_an_extended_one_resumes_and_another_config_is_
 
 
 def test_a_resumed_run_keeps_its_wandb_run_id(tmp_path, monkeypatch):
-    from agon.recorder import build_logger
+    from agon.records.recorder import build_logger
 
     monkeypatch.setenv("WANDB_INIT_TIMEOUT", str(FINISH_S))  # W&B's service starts slowly on a busy machine
     cfg = compose_config(["logger=wandb", "logger.mode=offline"])

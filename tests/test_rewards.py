@@ -3,8 +3,8 @@
 The truth table is (draft right, challenge right, draft well-formed, challenge well-formed, challenge shorter): 32
 rows. Each mode is checked on all of them with every weight non-zero and a power of two apart from the others, so
 no term can hide behind a zero weight or cancel another, and each total says which terms were paid. The expected
-values are written out below from the definitions in agon/rewards.py's docstring (and docs/metrics.md's components),
-not computed by the test."""
+values are written out below from the definitions in agon/core/rewards.py's docstring (and docs/metrics.md's
+components), not computed by the test."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agon.config import RewardConfig
-from agon.rewards import REWARD_MODES, Outcome, compute_rewards, get_reward_mode
+from agon.core.config import RewardConfig
+from agon.core.rewards import REWARD_MODES, Outcome, compute_rewards, get_reward_mode
 
 CASES = list(itertools.product([0.0, 1.0], [0.0, 1.0], [True, False]))  # (a, b, challenger shorter)
 

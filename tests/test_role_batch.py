@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agon.policies import Tokens, length_batches, token_batches
-from agon.role_batch import RoleBatch, in_place
+from agon.models.tokens import Tokens, length_batches, token_batches
+from agon.training.role_batch import RoleBatch, in_place
 
 # (prompt, completion) lengths: a few long rows among short ones, in no order
 WIDTHS = [(20, 5), (20, 300), (18, 7), (22, 3), (20, 120), (19, 6), (20, 2), (21, 500), (20, 4), (20, 8)]

@@ -20,11 +20,12 @@ from typing import Any, Sequence
 import pytest
 import torch
 
-from agon.grpo import group_advantages
-from agon.methods import Turn, get_method
-from agon.policies import Completion, Policies
-from agon.rewards import compute_rewards
-from agon.rollout import Game, Sampling, play, render
+from agon.core.grpo import group_advantages
+from agon.core.methods import Turn, get_method
+from agon.models.policies import Policies
+from agon.models.tokens import Completion
+from agon.core.rewards import compute_rewards
+from agon.game.rollout import Game, Sampling, play, render
 from agon.tasks import Problem, Task, Verdict, build_task
 from agon.tasks.arithmetic import ArithmeticTask
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agon.run import run
-from agon.run_files import read_jsonl
+from agon.records.run_files import read_jsonl
 from tests.conftest import SMALL_RUN, TEST_WORLD, compose_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agon.run import run
-from agon.run_files import read_jsonl
+from agon.records.run_files import read_jsonl
 
 
 def _shrink(cfg) -> None:

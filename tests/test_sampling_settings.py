@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from agon import run_files
-from agon.checks import validate
+from agon.records import run_files
+from agon.training.checks import validate
 from agon.engines import Sampling
-from agon.policies import Completion
-from agon.recorder import Recorder
+from agon.models.tokens import Completion
+from agon.records.recorder import Recorder
 from agon.tasks import build_task
-from agon.trainer import Trainer
+from agon.training.trainer import Trainer
 from tests.conftest import RecordingEngine, compose_config
 
 KEYS = ("temperature", "top_p", "top_k")

@@ -6,10 +6,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agon.config import LoraConfig
-from agon.policies import Completion, Policies, token_batches
-from agon.scoring import full_logps, selective_logps
-from agon.world import build_tokenizer
+from agon.core.config import LoraConfig
+from agon.models.policies import Policies
+from agon.models.tokens import Completion, token_batches
+from agon.core.scoring import full_logps, selective_logps
+from agon.models.world import build_tokenizer
 
 
 @pytest.mark.parametrize("temperature,chunk", [(1.0, 64), (0.7, 37), (0.6, 10_000)])

@@ -1,4 +1,4 @@
-"""Truncated sampling and scoring where logits tie at the top-k boundary (``agon.scoring.kept_support``).
+"""Truncated sampling and scoring where logits tie at the top-k boundary (``agon.core.scoring.kept_support``).
 
 Random float32 logits never tie, so a test drawing them cannot tell "every token at least as likely as the k-th"
 from "exactly k tokens". Real logits come out of a bfloat16 head: 8 bits of mantissa, so a row of thousands of
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agon.scoring import full_logps, kept_support, selective_logps
+from agon.core.scoring import full_logps, kept_support, selective_logps
 
 
 def _bf16_logits(rows: int = 64, vocab: int = 2000, seed: int = 0) -> torch.Tensor:

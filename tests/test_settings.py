@@ -22,10 +22,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from agon import run_files, world
+from agon.records import run_files
+from agon.models import world
 from agon.engines import EngineError, Sampling
-from agon.policies import Completion, build_policies, load_base
-from agon.rollout import play
+from agon.models.loading import load_base
+from agon.models.policies import build_policies
+from agon.models.tokens import Completion
+from agon.game.rollout import play
 from agon.tasks import build_task
 from tests.conftest import TEST_WORLD, TINY, compose_config
 
@@ -72,7 +75,7 @@ def test_the_offline_worlds_shape_is_what_model_tiny_says(tmp_path, monkeypatch)
     assert state["model.layers.0.self_attn.q_proj.weight"].shape == (48, 48)  # 3 heads of 16
     assert state["model.layers.0.self_attn.k_proj.weight"].shape == (48, 48)  # 3 KV heads of 16 (TINY has 1)
     assert state["model.layers.0.mlp.up_proj.weight"].shape == (80, 48)
-    from agon.policies import load_tokenizer
+    from agon.models.loading import load_tokenizer
 
     cfg = compose_config(TINY + ["model.tiny.max_position=96"])
     assert load_tokenizer(cfg.model)[1] == 96
@@ -253,8 +256,8 @@ def test_init_std_and_init_seed_plus_the_run_seed_make_bs_perturbation(tiny_base
 
 
 def test_the_run_seed_orders_the_training_problems(small_cfg, policies, tmp_path):
-    from agon.recorder import Recorder
-    from agon.trainer import Trainer
+    from agon.records.recorder import Recorder
+    from agon.training.trainer import Trainer
 
     def first_problems(seed: int) -> list[str]:
         cfg = copy.deepcopy(small_cfg)
@@ -291,8 +294,8 @@ def test_method_train_false_evaluates_the_untrained_adapters(small_cfg, tmp_path
 
 
 def test_logger_table_rows_is_how_many_rollouts_an_evaluation_writes_to_samples_jsonl(small_cfg, policies, tmp_path):
-    from agon.recorder import Recorder
-    from agon.trainer import Trainer
+    from agon.records.recorder import Recorder
+    from agon.training.trainer import Trainer
 
     # GRPO's evaluation is one game, A's drafts: 3 problems, one rollout each, cut at 2 rows (the default is 16)
     small_cfg.method.name, small_cfg.eval.n_problems, small_cfg.eval.samples = "grpo", 3, 1
@@ -547,7 +550,8 @@ def test_the_vllm_keys_are_what_the_worker_is_started_with(small_cfg, policies, 
     """generation.engine=vllm builds the vLLM engine, which starts the worker's python; gpu_memory_utilization,
     max_model_len, max_num_seqs, enforce_eager and the run's seed are in the start request, cpu_kv_cache_gib in its
     environment (on a CPU)."""
-    from agon.engines import WORKER, VLLMEngine, build_engine
+    from agon.engines import build_engine
+    from agon.engines.vllm_engine import WORKER, VLLMEngine
 
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     python, record = _stand_in(tmp_path)
@@ -587,7 +591,7 @@ def test_a_vllm_worker_that_never_answers_fails_after_start_timeout_s(small_cfg,
 def test_vllm_placement_inprocess_is_refused_where_vllm_does_not_import_even_with_a_worker_at_hand(tmp_path):
     """placement=worker starts the worker's python; inprocess wants vLLM in this process, which agon's environment
     lacks, and says so instead of falling back to the worker; auto takes the worker."""
-    from agon.engines import vllm_placement
+    from agon.engines.vllm_engine import vllm_placement
 
     python, _ = _stand_in(tmp_path)
 
@@ -610,10 +614,10 @@ from types import SimpleNamespace
 import hydra
 import optuna
 
-import agon.config  # registers hydra/sweeper=optuna
-from agon.distributed import Ranks
+import agon.core.config  # registers hydra/sweeper=optuna
+from agon.core.distributed import Ranks
 from agon.run import _trial_reporter
-from agon.tune import storage_backend
+from agon.training.tune import storage_backend
 
 
 @hydra.main(config_path=".", config_name="study", version_base="1.3")
@@ -688,9 +692,9 @@ def test_the_optuna_sweepers_keys_set_the_study_it_runs(tmp_path):
     assert trials[0].params["x"] == fresh.ask({"x": optuna.distributions.FloatDistribution(0.0, 6.0)}).params["x"]
 
 
-# A trial's cell prunes through agon.tune.TrialReporter, in its own process, with the study loaded from storage:
-# the sweeper's pruner settings reach it only as the study attribute agon.tune.PRUNER_ATTR (Optuna's default pruner,
-# 5 startup trials and no warm-up, decided alone before that)
+# A trial's cell prunes through agon.training.tune.TrialReporter, in its own process, with the study loaded from
+# storage: the sweeper's pruner settings reach it only as the study attribute agon.training.tune.PRUNER_ATTR (Optuna's
+# default pruner, 5 startup trials and no warm-up, decided alone before that)
 def test_the_optuna_sweepers_pruner_keys_set_when_a_trial_is_pruned(tmp_path):
     """Each trial is worse than all before it. ``pruner_startup_trials=1``: from the second trial on, a trial below
     the median is pruned (the default 2 would spare the second); ``pruner_warmup_steps=1``: never at step 0."""

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from agon import config
+from agon.core import config
 from tests import settings_map
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +91,7 @@ def problems(keys: set[str], computed: Mapping[str, tuple[str, ...]], not_comput
     places = {"COMPUTED": set(computed), "NOT_COMPUTED": set(not_computed), "PENDING": set(pending)}
     mapped = set().union(*places.values())
     out += [("missing", f"{k}: no entry in COMPUTED, NOT_COMPUTED or PENDING") for k in sorted(keys - mapped)]
-    out += [("unknown", f"{k}: in the map but not a key of agon/config.py") for k in sorted(mapped - keys)]
+    out += [("unknown", f"{k}: in the map but not a key of agon/core/config.py") for k in sorted(mapped - keys)]
     for k in sorted(mapped):
         where = [name for name, ks in places.items() if k in ks]
         if len(where) > 1:
@@ -163,7 +163,7 @@ def test_the_checks_name_each_kind_of_mistake(tmp_path):
     computed["trainer.epsilon"] += (lazy,)
     found = problems(keys, computed, {"output_dir": "a path", "seed": " "}, set(), {("trainer.beta", epsilon): "x"})
     assert ("missing", "model.lora.rank: no entry in COMPUTED, NOT_COMPUTED or PENDING") in found
-    assert ("unknown", "model.lora.rnak: in the map but not a key of agon/config.py") in found
+    assert ("unknown", "model.lora.rnak: in the map but not a key of agon/core/config.py") in found
     assert ("twice", "output_dir: in COMPUTED and NOT_COMPUTED") in found
     assert ("twice", "seed: in COMPUTED and NOT_COMPUTED") in found
     assert ("no_test", "seed: names no test") in found

@@ -20,18 +20,18 @@ from typing import Any
 import pytest
 import torch
 
-from agon.config import EvalConfig, TrainerConfig
-from agon.engines import HFEngine
-from agon.grpo import group_advantages, masked_mean, policy_loss
-from agon.policies import Policies
-from agon.recorder import Recorder
-from agon.rewards import RoleRewards, compute_rewards
-from agon.role_batch import RoleBatch, role_batches
-from agon.rollout import Game, play
+from agon.core.config import EvalConfig, TrainerConfig
+from agon.engines.hf import HFEngine
+from agon.core.grpo import group_advantages, masked_mean, policy_loss
+from agon.models.policies import Policies
+from agon.records.recorder import Recorder
+from agon.core.rewards import RoleRewards, compute_rewards
+from agon.training.role_batch import RoleBatch, role_batches
+from agon.game.rollout import Game, play
 from agon.run import run
-from agon.run_files import read_jsonl
+from agon.records.run_files import read_jsonl
 from agon.tasks import build_task
-from agon.trainer import Trainer
+from agon.training.trainer import Trainer
 from tests.conftest import SMALL_RUN, TEST_WORLD, RecordingEngine, compose_config
 
 ADAPTERS = ("A", "B")

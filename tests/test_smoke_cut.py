@@ -23,13 +23,14 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from agon.config import LoraConfig
+from agon.core.config import LoraConfig
 from agon.families import Family, get_family, known_families
 
 FAMILIES = [name for name in known_families() if get_family(name).shape]
 SIZED = [(name, size) for name in FAMILIES for size in get_family(name).shape.sizes]
-# a cut over this many parameters takes over 15 s on a 2-core CPU, most of it drawing the random weights (Qwen3.5-0.8B's
-# 4 layers: 337M, 16-37 s; Gemma 4 E2B's 10: 1.6B, about a minute and 8 GiB), so its end-to-end run is make test-full's
+# a cut over this many parameters takes over 15 s on a 2-core CPU, most of it drawing the random weights
+# (Qwen3.5-0.8B's 4 layers: 337M, 16-37 s; Gemma 4 E2B's 10: 1.6B, about a minute and 8 GiB), so its end-to-end run is
+# make test-full's
 SLOW_PARAMETERS = 250_000_000
 
 
@@ -119,7 +120,8 @@ def test_smoke_real_refuses_the_reported_cuts_in_one_line_before_building_anythi
     """Catches ``make smoke-real ARGS="--layers N"`` building a model it cannot run (the two cuts reported in 10 s
     failures inside transformers): it exits with argparse's status 2 and one line naming the smallest valid cut,
     and no checkpoint is built."""
-    from agon import model_shape, smoke_real
+    from agon.bench import model_shape
+    from agon.bench import smoke_real
 
     def build(*args, **kwargs):
         raise AssertionError("a checkpoint was built")
@@ -152,8 +154,8 @@ def test_the_smallest_cut_at_exact_width_generates_with_its_cache_and_trains_a_l
     with its cache gives, token by token, the logits of one forward over the whole sequence (each layer kind's
     cache: sliding, linear-attention state, reused keys and values), and agon's path (the family's template,
     ``Policies.sample``, ``token_logps``) backpropagates into every LoRA weight of an adapter on every linear layer."""
-    from agon.model_shape import build_tokenizer
-    from agon.policies import Policies
+    from agon.bench.model_shape import build_tokenizer
+    from agon.models.policies import Policies
 
     family = get_family(name)
     size = _smallest_size(family)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agon.checks import compose_config
+from agon.training.checks import compose_config
 from agon.tasks import build_task
 
 FIXTURES = Path(__file__).parent / "tasks" / "fixtures"

@@ -14,15 +14,15 @@ from dataclasses import replace
 import pytest
 import torch
 
-from agon.grpo import group_advantages, masked_mean, policy_loss
-from agon.methods import Turn, get_method
-from agon.policies import Policies
-from agon.recorder import Recorder
-from agon.rewards import compute_rewards
-from agon.role_batch import RoleBatch
-from agon.run_files import read_jsonl
+from agon.core.grpo import group_advantages, masked_mean, policy_loss
+from agon.core.methods import Turn, get_method
+from agon.models.policies import Policies
+from agon.records.recorder import Recorder
+from agon.core.rewards import compute_rewards
+from agon.training.role_batch import RoleBatch
+from agon.records.run_files import read_jsonl
 from agon.tasks import Verdict, build_task
-from agon.trainer import Trainer, TrainingError
+from agon.training.trainer import Trainer, TrainingError
 from tests.conftest import base_state
 
 
@@ -77,13 +77,13 @@ def test_the_exchange_mode_is_what_a_training_challenger_reads(step_cfg, policie
     """A training step's challengers read ``exchange.mode``'s prompt: the problem and its drafter's recap
     (visible), or the drafter's own plain prompt (hidden; latent, after the drafter's states of its recap's tokens,
     ``exchange.span``'s default). The game is caught on its way out of the real rollout."""
-    import agon.trainer
-    from agon.latent import SPANS
-    from agon.rollout import render
+    import agon.training.trainer
+    from agon.models.latent import SPANS
+    from agon.game.rollout import render
 
     games = []
-    real = agon.trainer.play_split
-    monkeypatch.setattr(agon.trainer, "play_split", lambda *a, **k: games.append(real(*a, **k)) or games[-1])
+    real = agon.training.trainer.play_split
+    monkeypatch.setattr(agon.training.trainer, "play_split", lambda *a, **k: games.append(real(*a, **k)) or games[-1])
     step_cfg.exchange.mode = exchange
     trainer = _trainer(step_cfg, policies, tmp_path)
     trainer.step()
@@ -100,7 +100,7 @@ def test_the_exchange_mode_is_what_a_training_challenger_reads(step_cfg, policie
 
 def test_step_metrics_are_the_games_own_rates(step_cfg, policies, tmp_path):
     """Accuracy, conversion, regression, lengths and rewards as logged equal their definitions on the game."""
-    from agon.rollout import play
+    from agon.game.rollout import play
 
     trainer = _trainer(step_cfg, policies, tmp_path)
     game = play(policies, trainer.task, step_cfg.model, trainer.next_problems(), drafter="A", challenger="B",
@@ -164,7 +164,7 @@ def reference_update(policies: Policies, game, rewards, t, optimizers) -> dict[s
     role's loss, clip ratios and KL of the last pass, over the whole batch. A latent challenger's rows are scored
     after their prefixes under the drafter's weights as they were before the first pass, kept whatever the count of
     passes."""
-    from agon.latent import Prefixes
+    from agon.models.latent import Prefixes
 
     prepared, stats = [], {}
     as_sampled = Prefixes(game.drafter, (), weights=policies.lora_state(game.drafter))
@@ -243,7 +243,7 @@ def test_the_update_equals_a_plain_reference(step_cfg, tiny_base, tmp_path, case
                 p.copy_(q)
     trainer = _trainer(step_cfg, ours, tmp_path)
     turn = get_method(method).turn("alternate", 0)
-    from agon.rollout import play
+    from agon.game.rollout import play
 
     game = play(ours, trainer.task, step_cfg.model, trainer.next_problems(), drafter=turn.drafter,
                 challenger=turn.challenger,
@@ -388,7 +388,7 @@ SKEWED_BUDGET, SKEWED_SOLO = 400, 100
 
 def _skewed_batch(policies: Policies, adapter: str = "B") -> RoleBatch:
     """Random completion tokens (so every row scores differently) under prompts of several lengths."""
-    from agon.policies import Completion
+    from agon.models.tokens import Completion
 
     gen = torch.Generator().manual_seed(0)
     vocab = len(policies.tokenizer)

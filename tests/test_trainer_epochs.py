@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from agon.recorder import Recorder
+from agon.records.recorder import Recorder
 from agon.tasks import build_task
-from agon.trainer import Trainer
+from agon.training.trainer import Trainer
 
 
 def _trainer(cfg, policies, tmp_path, seed: int) -> Trainer:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agon.grpo import masked_mean
-from agon.recorder import ADAPTER_METRICS, Recorder, per_adapter
-from agon.rewards import compute_rewards
-from agon.role_batch import role_batches
-from agon.rollout import play
+from agon.core.grpo import masked_mean
+from agon.records.recorder import ADAPTER_METRICS, Recorder, per_adapter
+from agon.core.rewards import compute_rewards
+from agon.training.role_batch import role_batches
+from agon.game.rollout import play
 from agon.tasks import build_task
-from agon.trainer import Trainer
+from agon.training.trainer import Trainer
 
 
 def _trainer(cfg, policies, run_dir) -> Trainer:

@@ -16,9 +16,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from agon.config import ConfigError
-from agon.trainer import PAUSED
-from agon.tune import distribution, first_value
+from agon.core.config import ConfigError
+from agon.training.trainer import PAUSED
+from agon.training.tune import distribution, first_value
 from tests.test_resume import FAST, FINISH_S, REACH_S, ROOT, Launch, paused_at
 
 SWEEPS = ROOT / "sweeps"
@@ -40,7 +40,7 @@ def reach(launch: Launch, line: str) -> None:
 
 
 def load(storage: str) -> optuna.Study:
-    from agon.tune import storage_backend
+    from agon.training.tune import storage_backend
 
     return optuna.load_study(study_name="run", storage=storage_backend(storage))
 
@@ -152,7 +152,7 @@ def test_every_study_file_composes_with_every_key_it_searches(name):
     from hydra._internal.utils import create_config_search_path
     from hydra.types import RunMode
 
-    from agon.config import CONF_DIR
+    from agon.core.config import CONF_DIR
 
     search = create_config_search_path(str(CONF_DIR))
     search.prepend("command-line", f"file://{SWEEPS}")

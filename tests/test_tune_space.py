@@ -1,5 +1,5 @@
-"""The Optuna search space as ``hydra.sweeper.params`` writes it (``agon.tune.distribution``): every kind, with and
-without each flag, parsed into the distribution Optuna is asked for, and every entry of the shipped sweeps.
+"""The Optuna search space as ``hydra.sweeper.params`` writes it (``agon.training.tune.distribution``): every kind,
+with and without each flag, parsed into the distribution Optuna is asked for, and every entry of the shipped sweeps.
 
 A flag lost on the way (``log`` of an ``int``, say) still parses and still runs a study: only the values the
 sampler draws change (uniform instead of log-uniform), which no study result reveals. So each kind is checked with
@@ -14,8 +14,8 @@ import optuna
 import pytest
 import yaml
 
-from agon.config import ConfigError
-from agon.tune import distribution, first_value
+from agon.core.config import ConfigError
+from agon.training.tune import distribution, first_value
 
 D = optuna.distributions
 ROOT = Path(__file__).resolve().parents[1]

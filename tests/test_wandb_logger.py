@@ -16,9 +16,9 @@ import wandb
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import agon.wandb_logger as wl
-from agon.loggers import Logger
-from agon.recorder import Recorder, build_logger
+import agon.records.wandb_logger as wl
+from agon.records.loggers import Logger
+from agon.records.recorder import Recorder, build_logger
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CELL = "0_exchange=visible,reward=competitive"
@@ -156,9 +156,9 @@ def test_no_api_key_runs_offline_with_a_notice(tmp_path, monkeypatch, caplog):
     monkeypatch.delenv("WANDB_MODE")
     monkeypatch.setenv("HOME", str(tmp_path))
     run_dir = tmp_path / "outputs" / "2026-11-30" / "10-00-00"
-    with caplog.at_level(logging.WARNING, logger="agon.wandb_logger"):
+    with caplog.at_level(logging.WARNING, logger="agon.records.wandb_logger"):
         logger = build_logger(_cfg("logger=wandb"), run_dir)
-    notices = [r.getMessage() for r in caplog.records if r.name == "agon.wandb_logger"]
+    notices = [r.getMessage() for r in caplog.records if r.name == "agon.records.wandb_logger"]
     assert len(notices) == 1 and "no API key" in notices[0] and "\n" not in notices[0]
     assert logger.run.offline and logger.run.name == "10-00-00" and not logger.run.group
     assert logger.run.job_type == "train"  # a single run's directory name is no cell

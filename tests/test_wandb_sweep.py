@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agon.recorder import Recorder
+from agon.records.recorder import Recorder
 from tests.wandb_records import CELLS, SEEDS, SWEEP_NAME, OfflineRun, offline_sweep
 
 
@@ -67,7 +67,7 @@ def test_a_resumed_run_sends_each_step_once(tmp_path, monkeypatch):
         monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    from agon.recorder import build_logger
+    from agon.records.recorder import build_logger
 
     cfg = _cfg("logger=wandb", "logger.table_rows=1")
     run_dir = _cell_dir(tmp_path)

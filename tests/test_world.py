@@ -10,9 +10,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agon import bases, world
-from agon.checks import validate
-from agon.config import ArithmeticTaskConfig, ConfigError
+from agon import bases
+from agon.models import world
+from agon.training.checks import validate
+from agon.core.config import ArithmeticTaskConfig, ConfigError
 from agon.tasks import build_task
 from tests.conftest import TEST_WORLD, TINY, compose_config
 
@@ -155,8 +156,9 @@ def test_a_reasoning_gym_dataset_gets_a_world_that_solves_some_of_it(agon_cache,
     """task=reasoning_gym on the offline model warm-starts on the dataset's own items: its base drafts some of the
     held-out items right, well above the arithmetic world's base, which never saw this prompt text."""
     from agon.engines import Sampling
-    from agon.policies import build_policies, load_base
-    from agon.rollout import play
+    from agon.models.loading import load_base
+    from agon.models.policies import build_policies
+    from agon.game.rollout import play
 
     cfg = compose_config(TEST_WORLD[:9] + ["task=reasoning_gym", "task.name=chain_sum", "task.heldout_size=40",
                                            "task.train_size=2000", "+task.dataset_args.min_terms=2",

@@ -16,7 +16,7 @@ Each is the share of right final answers, with its standard error over problems 
 independent). The gate passes when ``right`` is at least ``--min-right`` (0.9) at every temperature; the numbers
 are printed and written to ``--out`` as JSON, and the command exits 1 when the gate fails. The recap texts are the
 task's own (``TargetSumTask.recap_kinds``), so the gate reads what the warm start taught, not the eval
-diagnostic's wrong recaps (``agon.eval.diagnose``: a wrong chain's recap of either kind, not told apart).
+diagnostic's wrong recaps (``agon.game.diagnostic.diagnose``: a wrong chain's recap of either kind, not told apart).
 
 A tool above agon (it loads the base and samples, which ``agon.tasks`` never does), beside the run rather than
 in it. Left out on purpose: adapters (a run's own recap diagnostic measures them), and a bar on the wrong recaps:
@@ -65,9 +65,11 @@ def gate(cfg: Any, problems: Sequence[Any], samples: int, temperatures: Sequence
     """{temperature: {condition: share}} for the base of ``cfg`` (``policies`` if given) on ``problems``."""
     import torch
 
-    from agon.engines import HFEngine, Sampling
-    from agon.policies import build_policies, load_base
-    from agon.rollout import render, sample_attempts
+    from agon.engines import Sampling
+    from agon.engines.hf import HFEngine
+    from agon.models.loading import load_base
+    from agon.models.policies import build_policies
+    from agon.game.rollout import render, sample_attempts
     from agon.tasks import build_task
     from agon.tasks.target_sum import parse, recap_text
 
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="config overrides after experiment=target_sum")
     args = parser.parse_args(argv)
 
-    from agon.checks import compose_config
+    from agon.training.checks import compose_config
     from agon.tasks import build_task
 
     cfg = compose_config(["experiment=target_sum", *args.overrides])
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     numbers = gate(cfg, problems, args.samples, temperatures, args.seed)
     passed = all((numbers[f"{t:g}"]["right"]["mean"] or 0) >= args.min_right for t in temperatures)
-    from agon.world import world_key, world_task_cfg
+    from agon.models.world import world_key, world_task_cfg
 
     world = cfg.model.path or f"tiny-{world_key(cfg.model, world_task_cfg(cfg.task))}"
     report = {"passed": passed, "min_right": args.min_right, "world": world,

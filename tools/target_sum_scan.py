@@ -54,10 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="config overrides after experiment=target_sum")
     args = parser.parse_args(argv)
 
-    from agon.checks import compose_config
-    from agon.policies import build_policies, resolve_device
+    from agon.training.checks import compose_config
+    from agon.models.loading import resolve_device
+    from agon.models.policies import build_policies
     from agon.tasks import build_task
-    from agon.world import build_model, build_tokenizer, save_world, warm_start, world_key, world_task_cfg
+    from agon.models.world import build_model, build_tokenizer, save_world, warm_start, world_key, world_task_cfg
 
     cfg = compose_config(["experiment=target_sum", *args.overrides])
     cfg.model.tiny.warmup_steps = args.max_steps

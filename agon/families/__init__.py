@@ -5,7 +5,7 @@ engines serve it with a LoRA on each adapter, and its published shapes for offli
 The core never compares a family's name. ``Policies`` asks the family registered under ``model.family``
 (``get_family``) to load the base, to give the output head that scoring runs in chunks, for the tokens that end a
 turn, and to put a completion in agon's canonical form, ``<think>reasoning</think>visible text``, which every task's
-verifier and recap read (``agon.tasks.text``). ``agon.model_shape`` builds a family's offline checkpoint from the
+verifier and recap read (``agon.tasks.text``). ``agon.bench.model_shape`` builds a family's offline checkpoint from the
 family's ``Shape``, at fewer layers as the family allows (``cut_layers``: a cut keeps the layer structure
 transformers needs, a depth that cannot is refused naming ``smallest_cut``); the config check asks the family whether
 the chosen engine serves it.
@@ -31,7 +31,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
-from agon.registry import Registry
+from agon.core.registry import Registry
 from agon.tasks.text import THINK_CLOSE, THINK_OPEN
 
 Head = Callable[[torch.Tensor], torch.Tensor]
@@ -40,7 +40,7 @@ Head = Callable[[torch.Tensor], torch.Tensor]
 @dataclass(frozen=True)
 class Shape:
     """A family's published shapes and tokenizer layout, for building a random-weight checkpoint offline
-    (``agon.model_shape``). Each value is taken from the checkpoints' own config and tokenizer files."""
+    (``agon.bench.model_shape``). Each value is taken from the checkpoints' own config and tokenizer files."""
 
     # size name -> the checkpoint's config.json as keyword arguments of ``config_class`` (text_config nested)
     sizes: dict[str, dict]
@@ -57,7 +57,7 @@ class Shape:
     generation: dict
     # tokens the tokenizer lists as additional special tokens
     extra_special: list[str] = field(default_factory=list)
-    # pre-tokenizer split (byte-level BPE on top); None: the Qwen-style default of agon.model_shape
+    # pre-tokenizer split (byte-level BPE on top); None: the Qwen-style default of agon.bench.model_shape
     pretokenize_regex: str | None = None
     model_max_length: int = 131_072
 
@@ -80,10 +80,10 @@ class Family:
     # why an engine is missing from ``engines``, for the error message
     engine_notes: ClassVar[dict[str, str]] = {}
     # every layer full attention over one cache of keys and values, so a prefix of key/value states is all a later
-    # token reads of earlier ones (exchange=latent, agon.latent); None: yes, else why not
+    # token reads of earlier ones (exchange=latent, agon.models.latent); None: yes, else why not
     latent_exchange_refused: ClassVar[str | None] = None
     # packages whose kernels this family's layers need on a GPU, else transformers runs a slow PyTorch reference
-    # path; the config check refuses a CUDA run without them unless generation.allow_slow (agon.preflight)
+    # path; the config check refuses a CUDA run without them unless generation.allow_slow (agon.training.preflight)
     fast_kernels: ClassVar[dict[str, str]] = {}
     # extra keyword arguments of vLLM's ``LLM`` for this family (plain values: they travel to the worker)
     vllm_engine_args: ClassVar[dict[str, Any]] = {}

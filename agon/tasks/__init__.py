@@ -113,13 +113,13 @@ for _kind in _TASK_MODULES:
 
 def register_task(kind: str, schema: type | None = None) -> Callable[[type[Task]], type[Task]]:
     """A class decorator: the task family ``kind`` (``task.kind``), with ``schema``, a dataclass extending
-    ``agon.config.TaskConfig``, typing its settings (``agon.config.register_task_schema``). A module outside agon
-    registers its own family this way and is named in ``plugins`` (docs/extending.md)."""
+    ``agon.core.config.TaskConfig``, typing its settings (``agon.core.config.register_task_schema``). A module outside
+    agon registers its own family this way and is named in ``plugins`` (docs/extending.md)."""
     def wrap(cls: type[Task]) -> type[Task]:
         if TASKS.get(kind) is not None and TASKS[kind] is not cls:
             raise ValueError(f"task kind {kind!r} is already registered to {TASKS[kind].__name__}")
         if schema is not None:
-            from agon.config import register_task_schema
+            from agon.core.config import register_task_schema
 
             register_task_schema(kind, schema)
         cls.kind = kind

@@ -57,8 +57,8 @@ from agon.tasks import Problem, Task, Verdict, register_task
 from agon.tasks.text import BOX, THINK_CLOSE, THINK_OPEN, boxed_answers, visible_text
 
 CHAIN = re.compile(r"\d+(?:[+-]\d+)*")
-# the warm start's design, part of the world key (agon.world): the shares are keys, the texts are code, and a cache
-# built by another design must not load (1: reuse half the right recaps, no wrong ones; 2: check every recap)
+# the warm start's design, part of the world key (agon.models.world): the shares are keys, the texts are code, and a
+# cache built by another design must not load (1: reuse half the right recaps, no wrong ones; 2: check every recap)
 WARM_START_DESIGN = 2
 # share of the warm start's wrong recaps that are extendable where the problem has one (else a dead end): half, so
 # the check's other outcome (the leaf test picking the sign the draft missed) is shown beside the refutation
@@ -215,8 +215,8 @@ class TargetSumTask(Task):
         return completion(check + trace, signs, operands)
 
     def warm_start_pair(self, problem: Problem, rival_wrong: bool, rng: random.Random) -> tuple[str, str]:
-        """(recap, answer) for one of the warm start's challenges (``agon.world``): after a right recap its reuse
-        (``warm_start_reuse`` of the time, else the search from scratch); after a wrong one, an extendable recap
+        """(recap, answer) for one of the warm start's challenges (``agon.models.world``): after a right recap its
+        reuse (``warm_start_reuse`` of the time, else the search from scratch); after a wrong one, an extendable recap
         (half the time, where the problem has one) or a dead end, answered by ``answer_recap``. The module's
         docstring says why these shares."""
         kinds, operands = self.recap_kinds(problem), parse(problem.question)[0]

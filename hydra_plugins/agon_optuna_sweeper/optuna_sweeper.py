@@ -1,4 +1,4 @@
-"""agon's Optuna sweeper for Hydra (``hydra/sweeper=optuna``); what it does: ``agon/tune.py``.
+"""agon's Optuna sweeper for Hydra (``hydra/sweeper=optuna``); what it does: ``agon/training/tune.py``.
 
 Hydra imports every module of ``hydra_plugins`` in every app of the environment, so this one imports nothing of agon
 at the top and registers only its own node, ``hydra/sweeper/optuna``: agon's schemas stay out of other apps. (No
@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 @dataclass
 class OptunaSweeperConfig:
-    """``hydra/sweeper=optuna``: agon's Optuna sweeper (agon/tune.py)."""
+    """``hydra/sweeper=optuna``: agon's Optuna sweeper (agon/training/tune.py)."""
 
     _target_: str = "hydra_plugins.agon_optuna_sweeper.optuna_sweeper.OptunaSweeper"
     # config key -> float(low, high[, log]) | int(low, high[, log]) | choice(a, b, ...)
@@ -66,7 +66,7 @@ class OptunaSweeper(Sweeper):
     def _study(self) -> Any:
         import optuna
 
-        from agon.tune import PRUNER_ATTR, storage_backend
+        from agon.training.tune import PRUNER_ATTR, storage_backend
 
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         url = self.storage_url or f"sqlite:///{self.sweep_dir / 'optuna.db'}"
@@ -77,8 +77,8 @@ class OptunaSweeper(Sweeper):
             study_name=self.study_name or str(self.config.hydra.job.name), storage=storage_backend(url),
             direction=self.direction, load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=self.seed),
             pruner=optuna.pruners.MedianPruner(**pruner))
-        # the trials decide pruning in their own processes (agon.tune.TrialReporter), which load the study from
-        # storage: Optuna keeps no pruner there, so the settings travel as a study attribute
+        # the trials decide pruning in their own processes (agon.training.tune.TrialReporter), which load the study
+        # from storage: Optuna keeps no pruner there, so the settings travel as a study attribute
         study.set_user_attr(PRUNER_ATTR, pruner)
         return study
 
@@ -97,8 +97,8 @@ class OptunaSweeper(Sweeper):
         """Compose one trial's config before any runs: a key that does not exist fails here, named."""
         from hydra.errors import ConfigCompositionException
 
-        from agon.config import ConfigError
-        from agon.tune import first_value
+        from agon.core.config import ConfigError
+        from agon.training.tune import first_value
 
         overrides = list(arguments) + [f"{k}={first_value(d)}" for k, d in self.distributions.items()]
         try:
@@ -109,7 +109,7 @@ class OptunaSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         import optuna
 
-        from agon.tune import distribution
+        from agon.training.tune import distribution
 
         self.distributions = {k: distribution(k, v) for k, v in self.params.items()}
         self._check_keys(arguments)
@@ -156,7 +156,7 @@ class OptunaSweeper(Sweeper):
         if not complete:
             return
         best = study.best_trial
-        from agon.run_files import write_text_atomic
+        from agon.records.run_files import write_text_atomic
 
         write_text_atomic(out / "best.yaml", OmegaConf.to_yaml({
             "study": study.study_name, "trial": best.number, "value": best.value, "params": best.params,

@@ -4,11 +4,11 @@
 
 Four held-out problems, one sample each. ``SPECS`` gives, per run and phase, each order's draft and final
 correctness and final-stage tokens. Those are built into ``Game`` objects (the games ``rollout.play`` returns), and
-``agon.cascade.summarise`` turns them into the eval.jsonl rows and the evaluation metrics, exactly as a run does:
-nothing here re-implements a metric. What each method plays, its axes and its label come from ``agon.methods``.
+``agon.game.cascade.summarise`` turns them into the eval.jsonl rows and the evaluation metrics, exactly as a run does:
+nothing here re-implements a metric. What each method plays, its axes and its label come from ``agon.core.methods``.
 metrics.jsonl and summary.json take those metrics the way the trainer and ``agon.run`` write them. The expected
 table values in test_analysis.py are worked out by hand from SPECS, and test_analysis.py checks that the committed
-files are what this script writes with the current agon/cascade.py and agon/methods.py.
+files are what this script writes with the current agon/game/cascade.py and agon/core/methods.py.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import yaml
 
-from agon.cascade import EvalResult, order_name, summarise
-from agon.methods import get_method
-from agon.policies import Completion
-from agon.rollout import Attempt, Game, Round
+from agon.game.cascade import EvalResult, order_name, summarise
+from agon.core.methods import get_method
+from agon.models.tokens import Completion
+from agon.game.rollout import Attempt, Game, Round
 from agon.tasks import Problem, Verdict
 
 ROOT = Path(__file__).parent / "fixtures" / "sweeps" / "2026-11-30"
@@ -99,7 +99,7 @@ def _adapter(name: str) -> str | None:
 
 
 def evaluation(spec: dict, phase: str, step: int) -> EvalResult:
-    """eval.jsonl rows and metrics of one phase, from agon.cascade exactly as the trainer gets them."""
+    """eval.jsonl rows and metrics of one phase, from agon.game.cascade exactly as the trainer gets them."""
     plan = get_method(spec["method"]).evaluation("alternate")
     played = games(spec[phase], spec["exchange"])
     assert list(played) == [order_name(d, a) for d, a in plan.plays], (spec["method"], list(played))

@@ -1,6 +1,6 @@
 """analysis/ on the committed fixture (tests/analysis/fixtures, written by make_fixture.py).
 
-The fixture's eval.jsonl rows and evaluation metrics are agon.cascade.summarise of games built from
+The fixture's eval.jsonl rows and evaluation metrics are agon.game.cascade.summarise of games built from
 make_fixture.SPECS (test_fixtures_are_what_cascade_writes keeps the committed files equal to that). Expected values,
 worked out by hand from SPECS (4 problems, 1 sample, headline orders A>B and B>A; conversion and regression pooled
 over both orders):
@@ -38,8 +38,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from agon.methods import METHODS, Evaluation, Method, register_method
-from agon.run_files import CONFIG, SUMMARY, SWEEP_MARKER
+from agon.core.methods import METHODS, Evaluation, Method, register_method
+from agon.records.run_files import CONFIG, SUMMARY, SWEEP_MARKER
 from analysis import cells_table, format_table, load_runs, newest_multirun, results_table, sweep_table
 from analysis.figures import BASELINE_COLORS, baseline_colors, cell_style
 from analysis.figures import main as figures_main
@@ -74,7 +74,7 @@ def data():
 
 
 def test_fixtures_are_what_cascade_writes(tmp_path):
-    """The committed files are exactly make_fixture's output with today's agon/cascade.py (else regenerate them)."""
+    """The committed files are exactly make_fixture's output with today's agon/game/cascade.py (else regenerate them)."""
     root = tmp_path / "2026-11-30"
     make_fixture.main(root)
     committed = FIXTURES / "2026-11-30"
@@ -471,7 +471,7 @@ def test_a_named_experiment_names_its_cell_only_where_the_axes_do_not():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# methods: what applies, labels, order and colours come from agon.methods and summary.json, not from analysis/
+# methods: what applies, labels, order and colours come from agon.core.methods and summary.json, not from analysis/
 
 
 def _write_run(run: Path, summary: dict | None, config: dict) -> Path:

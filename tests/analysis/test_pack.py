@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pandas as pd
 
-from agon.run_files import METRICS, RUN_LOG, SUMMARY, read_jsonl
+from agon.records.run_files import METRICS, RUN_LOG, SUMMARY, read_jsonl
 from analysis import load_runs
 from analysis.figures import make_figures
 from analysis.pack import pack, pack_run

@@ -48,7 +48,7 @@ STUDY = {"a": "Agon's cascade beats its own drafts (target sum, after training)"
 
 def cascade_rows(rounds: list[tuple[str, str, int, bool, bool, str | None]], phase: str = "final",
                  step: int = 800) -> pd.DataFrame:
-    """Eval rows of one run's evaluation (``phase`` at ``step``; the final one by default) as agon.cascade writes
+    """Eval rows of one run's evaluation (``phase`` at ``step``; the final one by default) as agon.game.cascade writes
     them: per (order, problem, sample, draft correct, final correct, the draft's boxed answer) a draft row, a final
     row and the drafter's solo row."""
     rows = []
@@ -111,7 +111,7 @@ def test_the_recap_kind_of_hand_checked_drafts():
 def test_the_recap_kind_agrees_with_the_tasks_own_kinds():
     """Every chain of a few 4-operand problems: a prefix the task calls right or extendable reads extendable, one it
     calls a dead end reads dead_end."""
-    from agon.checks import compose_config
+    from agon.training.checks import compose_config
     from agon.tasks import Problem, build_task
 
     task = build_task(compose_config(["task=target_sum", "task.train_size=10"]).task)
@@ -219,7 +219,7 @@ def test_the_start_evaluation_is_never_read_as_the_final_one():
 def test_the_pilot_reproduces_its_summary():
     """results/target_sum_pilot/agon: the module's cascade and solo accuracies are the run's own summary numbers
     (eval/cascade_acc_AB .2842 is B's answers after A's recaps; eval/solo_acc_A .3683 is A's drafts of the same
-    rounds, which agon.cascade also writes as order A), and so are the regression and the conversion pooled over the
+    rounds, which agon.game.cascade also writes as order A), and so are the regression and the conversion pooled over the
     kinds; the interval is the per-problem SD of the paired differences over sqrt(300)."""
     data = load_runs(PILOT)
     agon = data.runs[data.runs["method"] == "agon"].iloc[0]

@@ -3,7 +3,7 @@ the one order it trains."""
 
 from __future__ import annotations
 
-from agon.methods import Evaluation, Method, Turn, register_method
+from agon.core.methods import Evaluation, Method, Turn, register_method
 
 
 @register_method

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agon.rewards import Outcome, RoleRewards, RoundRewards, competitive, register_reward
+from agon.core.rewards import Outcome, RoleRewards, RoundRewards, competitive, register_reward
 
 
 @register_reward("brevity")

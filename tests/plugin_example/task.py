@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from agon.config import ArithmeticTaskConfig
+from agon.core.config import ArithmeticTaskConfig
 from agon.tasks import Problem, register_task
 from agon.tasks.arithmetic import ArithmeticTask, evaluate, worked_solution
 

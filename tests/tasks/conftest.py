@@ -41,7 +41,7 @@ def compose(*overrides: str):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    import agon.config  # noqa: F401  (registers the schemas)
+    import agon.core.config  # noqa: F401  (registers the schemas)
 
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         return hydra_compose(config_name="config", overrides=list(overrides))

@@ -67,10 +67,10 @@ def qwen3_policies():
     from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM
 
-    from agon.config import LoraConfig
+    from agon.core.config import LoraConfig
     from agon.families import get_family
-    from agon.model_shape import build_tokenizer
-    from agon.policies import Policies
+    from agon.bench.model_shape import build_tokenizer
+    from agon.models.policies import Policies
 
     qwen3 = get_family("qwen3")
     torch.manual_seed(0)

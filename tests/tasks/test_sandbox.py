@@ -700,7 +700,7 @@ def test_without_cap_sys_admin_the_sandbox_refuses_with_the_fix_or_runs_unsafe_w
 
 
 def test_a_codecontests_run_stops_before_loading_anything_when_the_sandbox_cannot_isolate(tmp_path, monkeypatch):
-    from agon.checks import compose_config
+    from agon.training.checks import compose_config
     from agon.tasks import build_task
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it

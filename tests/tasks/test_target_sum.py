@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from agon.checks import compose_config, validate
-from agon.config import ConfigError
+from agon.training.checks import compose_config, validate
+from agon.core.config import ConfigError
 from agon.tasks import Problem, build_task
 from agon.tasks.target_sum import chain_value, parse, recap_text, search
 
@@ -161,7 +161,7 @@ def test_every_warm_start_answer_is_right_and_fits_the_token_budget():
     """Over 4-operand problems, every kind of recap: the answer grades right, its recap is the recap it read where
     that was live, and it fits experiment=target_sum's max_new_tokens with the end of turn (the longest, a dead
     end's check and search, is 152 tokens of 160)."""
-    from agon.world import build_tokenizer
+    from agon.models.world import build_tokenizer
 
     cfg = compose_config(["experiment=target_sum", "task.train_size=1500"])
     t, tok = build_task(cfg.task), build_tokenizer()
@@ -182,7 +182,7 @@ def test_every_warm_start_answer_is_right_and_fits_the_token_budget():
 def test_the_warm_start_shows_no_wrong_recap_unless_asked():
     """With warm_start_wrong_recaps=0 every challenge's recap is a right chain's; at 0.3 (the default) about 27%
     of them are dead ends and 3% extendable (the extendable kind exists on about one problem in five)."""
-    from agon.world import _warm_start_texts, build_tokenizer
+    from agon.models.world import _warm_start_texts, build_tokenizer
 
     tok = build_tokenizer()
     for share in (0.0, 0.3):
@@ -209,7 +209,7 @@ def test_the_warm_start_shows_no_wrong_recap_unless_asked():
 def test_the_share_of_challenge_rows_is_a_key():
     """task.warm_start_challenges is the share of the warm start's rows that read a rival's recap: 0 gives plain
     problems only, 1 challenges only, and 0.85 about that share (over 2,000 rows: within 0.03)."""
-    from agon.world import _warm_start_texts, build_tokenizer
+    from agon.models.world import _warm_start_texts, build_tokenizer
 
     tok = build_tokenizer()
     for share in (0.0, 0.85, 1.0):
@@ -224,7 +224,7 @@ def test_the_share_of_challenge_rows_is_a_key():
 def test_the_arithmetic_warm_start_data_did_not_move():
     """The challenge hook and the wrong-recap share left the arithmetic world's warm-start stream as it was (so the
     shipped bases are what a rebuild makes): a hash of its first 256 pairs, recorded before the change."""
-    from agon.world import _warm_start_texts, build_tokenizer, world_task_cfg
+    from agon.models.world import _warm_start_texts, build_tokenizer, world_task_cfg
 
     t = build_task(world_task_cfg(compose_config([]).task))
     pairs = _warm_start_texts(t, list(t.train_problems())[:500], 256, random.Random(0), build_tokenizer())
@@ -245,7 +245,7 @@ def test_bad_settings_name_their_key(override, key):
 
 
 def test_the_world_is_its_own_and_every_key_moves_it():
-    from agon.world import world_key, world_task_cfg
+    from agon.models.world import world_key, world_task_cfg
 
     base = compose_config(["task=target_sum"])
     key = world_key(base.model, world_task_cfg(base.task))
@@ -263,7 +263,7 @@ def test_a_new_warm_start_design_is_a_new_world(monkeypatch):
     """The warm start's texts are code, not keys: its design number is part of the world key, so a cache built by
     the first design (reuse half the right recaps, no wrong ones) is never loaded for the second."""
     from agon.tasks import target_sum
-    from agon.world import world_key, world_task_cfg
+    from agon.models.world import world_key, world_task_cfg
 
     cfg = compose_config(["experiment=target_sum"])
     key = world_key(cfg.model, world_task_cfg(cfg.task))

@@ -58,7 +58,7 @@ def test_the_shipped_base_gives_the_recorded_gate_numbers():
     """The gate on the shipped base, first 20 held-out problems x 1 sample, both temperatures: the numbers the
     command wrote when the base was shipped (the same CPU kernels assumed: a rebuilt base, or another CPU's
     rounding, moves them). The bar is not asserted on 20 problems (the whole split's numbers are in docs/tasks.md)."""
-    from agon.checks import compose_config
+    from agon.training.checks import compose_config
     from agon.tasks import build_task
 
     cfg = compose_config(["experiment=target_sum", "model.device=cpu"])

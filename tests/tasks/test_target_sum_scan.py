@@ -22,8 +22,8 @@ def test_the_scan_gates_each_checkpoint_without_moving_the_warm_start(tmp_path):
     """Four warm-start steps gated at 2 and 4: a line each, every condition measured on every problem, and the
     loss at each checkpoint exactly the one a warm start of the same length reaches ungated (the gate samples on a
     copy, and resets the torch seed, which the warm start does not draw from after its init)."""
-    from agon.checks import compose_config
-    from agon.world import build_model, build_tokenizer, warm_start, world_task_cfg
+    from agon.training.checks import compose_config
+    from agon.models.world import build_model, build_tokenizer, warm_start, world_task_cfg
 
     scan = _tool("target_sum_scan")
     out = tmp_path / "scan.jsonl"
@@ -51,8 +51,8 @@ def test_a_saved_checkpoint_is_the_base_a_build_of_that_length_makes(tmp_path, m
     from a scan is then the base `make bases` makes on the same machine)."""
     from safetensors.torch import load_file
 
-    from agon.checks import compose_config
-    from agon.world import ensure_world, world_key, world_task_cfg
+    from agon.training.checks import compose_config
+    from agon.models.world import ensure_world, world_key, world_task_cfg
 
     scan = _tool("target_sum_scan")
     overrides = ["task.train_size=300", "model.tiny.warmup_batch_size=8", "model.tiny.warmup_ramp_steps=3",

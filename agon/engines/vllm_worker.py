@@ -1,0 +1,150 @@
+"""vLLM with LoRA slots, driven by ``agon.engines.vllm_engine.VLLMEngine`` in the trainer's process or a worker.
+
+This file imports only the standard library at the top and vLLM inside ``VLLMServer``, so it runs as a script in an
+environment that has vLLM and nothing of agon's (``make vllm-install`` builds ``.venv-vllm``: on CPU, vLLM's CPU
+build pins an older transformers than agon's). As a worker it is started as ``python vllm_worker.py --fd N``, where
+N is one end of a socket pair; requests and replies are pickled plain values (lists, ints, floats, strings), so the
+two sides need not share a single package. A request may ask for progress: ``("progress", n)`` messages, one per
+finished request, come before its reply. The worker dies with its parent (``PR_SET_PDEATHSIG``).
+
+Left out on purpose: an HTTP server (TRL's ``trl vllm-serve``). A worker per trainer process keeps the weights
+where the trainer publishes them and needs no ports; tensor parallelism inside one worker is vLLM's own setting.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+# vLLM's settings for a CPU run (the caller passes them only there; kept when the environment already sets them):
+# the engine in this process (its LoRA calls then return after loading), no automatic core pinning (it made one
+# batch swing from 0.8 s to 31 s on 2 cores). On a GPU nothing is forced: vLLM runs its engine core in a process of
+# its own, its supported mode, which returns the GPU's memory when the engine shuts down
+CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+class VLLMServer:
+    """One vLLM engine over the base model with LoRA enabled. Adapters are loaded by integer id and path: vLLM caches
+    an adapter by its id, so a changed adapter must come under a new id (and the old one be removed)."""
+
+    def __init__(self, model: str, dtype: str, max_lora_rank: int, max_loras: int, max_model_len: int, seed: int,
+                 enforce_eager: bool, gpu_memory_utilization: float, max_num_seqs: int,
+                 external_launcher: bool = False, **engine_args: Any):
+        import torch
+        from vllm import LLM
+
+        # LLM() lowers torch's thread count and reseeds the global RNG; the trainer's sampling must not notice
+        threads, rng = torch.get_num_threads(), torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state() if torch.cuda.is_available() else None
+        extra = {"distributed_executor_backend": "external_launcher"} if external_launcher else {}
+        self.llm = LLM(model=model, dtype=dtype, enable_lora=True, max_lora_rank=max_lora_rank, max_loras=max_loras,
+                       max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager,
+                       gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+                       logprobs_mode="processed_logprobs", **extra, **engine_args)
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state(cuda_rng)
+        self.adapters: dict[int, Any] = {}
+
+    def version(self) -> str:
+        import vllm
+
+        return vllm.__version__
+
+    def add_adapter(self, name: str, lora_id: int, path: str) -> None:
+        """Load the adapter at ``path`` under ``lora_id`` now (not at its first request), so errors show here."""
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(name, lora_id, path)
+        self.llm.llm_engine.add_lora(request)
+        self.adapters[lora_id] = request
+
+    def remove_adapter(self, lora_id: int) -> None:
+        self.llm.llm_engine.remove_lora(lora_id)
+        self.adapters.pop(lora_id, None)
+
+    def loaded(self) -> list[int]:
+        return sorted(self.llm.llm_engine.list_loras())
+
+    def generate(self, prompt_ids: list[list[int]], max_tokens: list[int], lora_id: int | None, temperature: float,
+                 top_p: float, top_k: int, stop_token_ids: list[int], ignore_eos: bool,
+                 progress: Callable[[int], object] | None = None) -> list[tuple[list[int], list[float]]]:
+        """(token ids, their log-probs after temperature) per prompt. Every request of one call uses one adapter
+        (``None``: the base): vLLM gives an adapter-less request batched beside LoRA requests the last adapter.
+        ``progress(n)``: told as each request finishes (through vLLM's own progress bar hook, drawn nowhere)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = [SamplingParams(max_tokens=n, temperature=temperature, top_p=top_p, top_k=top_k, logprobs=0,
+                                 stop_token_ids=[] if ignore_eos else stop_token_ids, ignore_eos=ignore_eos,
+                                 detokenize=False, skip_special_tokens=False) for n in max_tokens]
+        lora = None if lora_id is None else self.adapters[lora_id]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], params,
+                                    lora_request=lora, use_tqdm=_reporting_bar(progress) if progress else False)
+        out = []
+        for request in outputs:
+            c = request.outputs[0]
+            out.append((list(c.token_ids), [step[t].logprob for t, step in zip(c.token_ids, c.logprobs)]))
+        return out
+
+
+def _reporting_bar(report: Callable[[int], object]) -> Callable[..., Any]:
+    """A progress-bar factory for vLLM's ``use_tqdm`` whose bar draws into a buffer and passes each update on."""
+    import io
+
+    from tqdm import tqdm
+
+    class Reporting(tqdm):
+        def update(self, n: float | None = 1) -> bool | None:
+            report(int(n or 0))
+            return super().update(n)
+
+    return functools.partial(Reporting, file=io.StringIO(), mininterval=3600)
+
+
+def serve(fd: int) -> None:
+    """Answer ``(method, kwargs)`` requests on the socket ``fd`` until it closes: ``("ok", result)`` or
+    ``("error", traceback)``. The first request must be ``("init", kwargs of VLLMServer)``."""
+    from multiprocessing.connection import Connection
+
+    conn = Connection(fd)
+    server: VLLMServer | None = None
+    while True:
+        try:
+            method, kwargs = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if method == "init":
+                t0 = time.time()
+                server = VLLMServer(**kwargs)
+                result: Any = {"seconds": time.time() - t0, "version": server.version()}
+            elif method == "close":
+                conn.send(("ok", None))
+                return
+            else:
+                if kwargs.pop("stream_progress", False):  # ("progress", n) messages before the reply
+                    kwargs["progress"] = lambda n: conn.send(("progress", n))
+                result = getattr(server, method)(**kwargs)
+            conn.send(("ok", result))
+        except Exception:  # the caller raises it with the worker's traceback
+            conn.send(("error", traceback.format_exc()))
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    _die_with_parent()
+    serve(int(sys.argv[sys.argv.index("--fd") + 1]))

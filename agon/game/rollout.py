@@ -1,0 +1,173 @@
+"""Rollouts of the draft-and-challenge game: draft, recap, challenge, as small dataclasses.
+
+``play`` samples ``group_size`` drafts per problem from the drafter on the plain prompt, grades them, extracts each
+draft's recap (visible text after ``</think>``, final answer removed; never the reasoning), then, when a challenger
+is given, samples one challenge per draft: from a prompt holding the problem and that recap (``exchange=visible``)
+or from the plain prompt (``exchange=hidden``: the rival is out of context, its outcome still enters the reward),
+or from the plain prompt read after a prefix of the drafter's key/value states (``exchange=latent``: the span
+``exchange.span`` names, run under the drafter's adapter; ``agon.models.latent``).
+Rows are ordered problem-major, so each problem's ``group_size`` rows are one GRPO group for either role.
+
+Completions come from an engine (``agon.engines``: transformers or vLLM). Adapter names are the ones in
+``Policies``; ``None`` plays the untrained base (the mixture-of-agents baseline).
+``play_split`` is ``play`` across processes: each rank plays its share of the problems, and every rank gets the
+whole game back. ``on_sampled(n)`` hears of each batch of ``n`` completions as the engine returns it (each
+``generate`` call of the ``hf`` engine, each budget of continuous batching, the whole call of vLLM), so a long
+evaluation can show its progress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from agon.core.distributed import Ranks
+from agon.engines import Engine, Sampling
+from agon.engines.hf import HFEngine
+from agon.models.latent import SPANS, Prefixes
+from agon.models.policies import Policies
+from agon.models.tokens import Completion
+from agon.core.rewards import Outcome
+from agon.tasks import Problem, Task, Verdict
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One completion of one role: the prompt it saw, what it wrote, and the verdict."""
+
+    prompt: str
+    completion: Completion
+    verdict: Verdict
+    # exchange=latent: the token ids whose key/value states, under the drafter's adapter, preceded the prompt
+    # (empty: none; agon.models.latent)
+    prefix: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Round:
+    """One draft and (for two-role methods) the challenge that answered it."""
+
+    problem: Problem
+    draft: Attempt
+    recap: str
+    challenge: Attempt | None = None
+
+
+@dataclass(frozen=True)
+class Game:
+    """A batch of rounds, problem-major: rows ``[p * group_size, (p + 1) * group_size)`` share problem ``p``."""
+
+    rounds: list[Round]
+    drafter: str | None
+    challenger: str | None
+    group_size: int
+
+    @classmethod
+    def concat(cls, games: Sequence["Game"]) -> "Game":
+        """One game of several played by the same roles (the ranks' shares of a step, in rank order)."""
+        if len(games) == 1:
+            return games[0]
+        first = games[0]
+        return cls([r for g in games for r in g.rounds], first.drafter, first.challenger, first.group_size)
+
+    def group_ids(self) -> torch.Tensor:
+        """[B] long: the GRPO group (problem) of each row."""
+        return torch.arange(len(self.rounds)) // self.group_size
+
+    def attempts(self, role: str) -> list[Attempt]:
+        return [r.draft if role == "drafter" else r.challenge for r in self.rounds]  # type: ignore[misc]
+
+    def outcome(self) -> Outcome:
+        def correct(attempts: Sequence[Attempt]) -> torch.Tensor:
+            return torch.tensor([float("nan") if a.verdict.failed else float(a.verdict.correct) for a in attempts])
+
+        def tokens(attempts: Sequence[Attempt]) -> torch.Tensor:
+            return torch.tensor([float(a.completion.n_tokens) for a in attempts])
+
+        def fmt(attempts: Sequence[Attempt]) -> torch.Tensor:
+            return torch.tensor([float(a.verdict.format_ok) for a in attempts])
+
+        drafts = self.attempts("drafter")
+        if self.rounds[0].challenge is None:
+            return Outcome(correct(drafts), tokens(drafts), fmt(drafts))
+        challenges = self.attempts("challenger")
+        return Outcome(correct(drafts), tokens(drafts), fmt(drafts),
+                       correct(challenges), tokens(challenges), fmt(challenges))
+
+
+def sample_attempts(engine: Engine, task: Task, adapter: str | None, problems: Sequence[Problem],
+                    prompts: Sequence[str], sampling: Sampling,
+                    on_sampled: Callable[[int], object] | None = None,
+                    prefixes: Prefixes | None = None) -> list[Attempt]:
+    # told as the engine's batches return, before grading: the sampling is the long part, what a progress bar counts
+    kwargs = {} if prefixes is None else {"prefixes": prefixes}  # an engine that predates latent exchange: none
+    completions = engine.sample(prompts, adapter, sampling, on_sampled=on_sampled, **kwargs)
+    verdicts = task.verify(problems, [c.text for c in completions])
+    ids = prefixes.ids if prefixes is not None else [()] * len(prompts)
+    return [Attempt(p, c, v, tuple(x)) for p, c, v, x in zip(prompts, completions, verdicts, ids, strict=True)]
+
+
+def latent_prefixes(policies: Policies, task: Task, drafts: Sequence[Attempt], drafter: str | None,
+                    span: str) -> Prefixes:
+    """Each draft's ``span`` (``agon.models.latent.SPANS``) as the prefix its challenger reads, under ``drafter``'s
+    adapter."""
+    cut = SPANS.get_or_raise(span)
+    return Prefixes(drafter, tuple(cut(policies, task, d.prompt, d.completion) for d in drafts))
+
+
+def render(policies: Policies, task: Task, model_cfg: Any, message: str) -> str:
+    return policies.render(message, system=task.cfg.system_prompt, enable_thinking=model_cfg.enable_thinking)
+
+
+def play(
+    policies: Policies,
+    task: Task,
+    model_cfg: Any,
+    problems: Sequence[Problem],
+    *,
+    drafter: str | None,
+    challenger: str | None | bool,
+    exchange: str,
+    group_size: int,
+    sampling: Sampling,
+    engine: Engine | None = None,
+    on_sampled: Callable[[int], object] | None = None,
+    span: str = "recap",
+) -> Game:
+    """Draft ``group_size`` times per problem with ``drafter``; challenge each draft with ``challenger``.
+
+    ``challenger=False`` plays drafts only (vanilla GRPO, solo evaluation); ``None`` means the base model.
+    ``engine`` samples (``agon.engines``; default: ``hf`` on ``policies``). ``on_sampled(n)`` is called as each
+    stage's engine call returns its ``n`` completions. ``span``: what of each draft a latent challenger reads
+    (``exchange=latent`` only).
+    """
+    engine = engine or HFEngine(policies)
+    rows = [p for p in problems for _ in range(group_size)]
+    plain = [render(policies, task, model_cfg, task.user_message(p)) for p in rows]
+    drafts = sample_attempts(engine, task, drafter, rows, plain, sampling, on_sampled)
+    recaps = [task.recap(d.completion.text) for d in drafts]
+    if challenger is False:
+        return Game([Round(p, d, r) for p, d, r in zip(rows, drafts, recaps)], drafter, None, group_size)
+    prefixes = None
+    if exchange == "visible":
+        prompts = [render(policies, task, model_cfg, task.challenge_message(p, r)) for p, r in zip(rows, recaps)]
+    else:
+        prompts = plain
+        if exchange == "latent":
+            prefixes = latent_prefixes(policies, task, drafts, drafter, span)
+    challenges = sample_attempts(engine, task, challenger, rows, prompts, sampling,  # type: ignore[arg-type]
+                                 on_sampled, prefixes)
+    rounds = [Round(p, d, r, c) for p, d, r, c in zip(rows, drafts, recaps, challenges)]
+    return Game(rounds, drafter, challenger, group_size)  # type: ignore[arg-type]
+
+
+def play_split(ranks: Ranks, policies: Policies, task: Task, model_cfg: Any, problems: Sequence[Problem],
+               **kwargs: Any) -> tuple[Game, slice]:
+    """``play`` of this rank's share of ``problems`` (``ranks.split``: whole groups); returns the whole game, every
+    rank's rounds in problem order, and this rank's rows of it. One process: ``play`` itself, all rows."""
+    mine = play(policies, task, model_cfg, ranks.split(problems), **kwargs)
+    games = ranks.gather(mine)
+    start = sum(len(g.rounds) for g in games[: ranks.rank])
+    return Game.concat(games), slice(start, start + len(mine.rounds))
