@@ -32,11 +32,11 @@ class _MovedModule(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         warnings.warn(f"{spec.name} is now {MOVED[spec.name]}: import it from there", DeprecationWarning,
                       stacklevel=2)
         module = importlib.import_module(MOVED[spec.name])
-        self._spec = module.__spec__  # the import system writes the old path's spec over it; put it back
+        spec.loader_state = module.__spec__  # the import system writes the old path's spec over it; put it back
         return module
 
     def exec_module(self, module):
-        module.__spec__ = self._spec
+        module.__spec__ = module.__spec__.loader_state
 
 
 if not any(isinstance(finder, _MovedModule) for finder in sys.meta_path):
