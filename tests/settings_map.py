@@ -182,6 +182,11 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "generation.fallback": (_FALLBACK,),
     "generation.allow_slow": ("tests/test_preflight.py::test_the_fallback_is_refused_from_a_long_budget_on",
                               "tests/test_preflight.py::test_continuous_batching_on_cuda_asks_for_flash_attention"),
+    "generation.stream": (
+        "tests/test_streamed.py::test_a_run_killed_during_a_streamed_evaluation_plays_only_the_rounds_in_flight_and_"
+        "ends_with_the_same_rows",),
+    "generation.vllm.request_seeds": (
+        "tests/test_streamed.py::test_without_request_seeds_the_same_seeded_rows_draw_other_completions",),
     "generation.vllm.placement": (
         _VLLM_START,
         f"{SETTINGS}::test_vllm_placement_inprocess_is_refused_where_vllm_does_not_import_even_with_a_worker_at_hand"),

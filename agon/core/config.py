@@ -387,6 +387,9 @@ class VLLMConfig:
     # no CUDA graphs; null: true on CPU, false on GPU
     enforce_eager: Optional[bool] = None
     start_timeout_s: float = 900.0
+    # each request sampled from its own seed (reproducible rows whatever shares a batch; vLLM then draws each seeded
+    # row's noise in a kernel of its own per decoding step); false: the engine's one stream
+    request_seeds: bool = True
 
 
 @dataclass
@@ -398,6 +401,9 @@ class GenerationConfig:
     # run an engine the config check finds far slower than the run was sized for (the fallback at a long budget,
     # continuous batching on CUDA without flash attention, a family's missing kernels) instead of refusing it
     allow_slow: bool = False
+    # an engine that batches continuously (vLLM) submits each challenge as its draft finishes, and an evaluation
+    # plays all of its rounds in one call; false: stage by stage, as the hf engines always play
+    stream: bool = True
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 

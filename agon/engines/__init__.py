@@ -18,10 +18,14 @@ Latent exchange (``exchange=latent``): ``sample(..., prefixes=)`` reads each pro
 key/value states. Only ``hf`` does (``Engine.latent_prefix``); the other two keep their own paged caches and refuse a
 prefix (the config check refuses the pairing before any model loads).
 
+Streaming (``Engine.stream``): vLLM submits each challenge the moment its draft finishes, into the call that is
+running, and seeds every request (``Request.seed``), so streamed, two-stage and resumed plays draw the same rows.
+The ``hf`` engines play waves: every draft, then every challenge, from their one RNG stream.
+
 Left out on purpose: a shared vLLM server for several trainer processes (TRL's ``vllm_mode=server``; here every
-rank has its own engine, as TRL's colocate mode), sleep mode between generation and training, and seeds per
-request: vLLM's sampling is seeded once per engine (``seed + rank``), so a resumed run does not redraw the same
-samples as an uninterrupted one the way the ``hf`` engine does.
+rank has its own engine, as TRL's colocate mode), sleep mode between generation and training, and streaming on
+``hf_continuous``: transformers' manager takes requests while it runs, but its model has one active adapter, so a
+challenge under the other adapter cannot join a running batch.
 """
 
 from __future__ import annotations
@@ -29,14 +33,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from agon.core.distributed import Ranks
-from agon.engines.base import ENGINES, Engine, EngineError, OnSampled, Sampling, register_engine
+from agon.engines.base import ENGINES, Engine, EngineError, OnSampled, Request, Sampling, Then, register_engine
 from agon.engines.hf import HFEngine
 from agon.engines.hf_continuous import HFContinuousEngine
 from agon.engines.vllm_engine import VLLMEngine, vllm_placement, worker_python
 from agon.models.policies import Policies
 
-__all__ = ["ENGINES", "Engine", "EngineError", "HFContinuousEngine", "HFEngine", "OnSampled", "Sampling", "VLLMEngine",
-           "build_engine", "engine_name", "register_engine"]
+__all__ = ["ENGINES", "Engine", "EngineError", "HFContinuousEngine", "HFEngine", "OnSampled", "Request", "Sampling",
+           "Then", "VLLMEngine", "build_engine", "engine_name", "register_engine"]
 
 
 def engine_name(cfg: Any) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from agon.core.distributed import Ranks
-from agon.engines.base import Engine, EngineError, OnSampled, Sampling, register_engine
+from agon.engines.base import Engine, EngineError, OnSampled, Request, Sampling, Then, register_engine
 from agon.engines.vllm_worker import CPU_ENV
 from agon.models.latent import Prefixes
 from agon.models.loading import model_source
@@ -123,7 +123,16 @@ class _InProcess:
         self.own_group = not dist.is_initialized()
         self.server = VLLMServer(**kwargs)
 
-    def call(self, method: str, on_progress: Callable[[int], object] | None = None, **kwargs: Any) -> Any:
+    def call(self, method: str, on_progress: Callable[[int], object] | None = None,
+             on_finished: Callable[[list], list[tuple[str, Any]]] | None = None, **kwargs: Any) -> Any:
+        if method == "stream":  # the caller answers each finished batch at once: its messages wait in a list
+            inbox: list[tuple[str, Any]] = []
+
+            def take(block: bool) -> list[tuple[str, Any]]:
+                out, inbox[:] = list(inbox), []
+                return out
+
+            return self.server.stream(**kwargs, take=take, give=lambda batch: inbox.extend(on_finished(batch)))
         return getattr(self.server, method)(**kwargs, **({"progress": on_progress} if on_progress else {}))
 
     def close(self) -> None:
@@ -170,8 +179,9 @@ class _Worker:
             raise
 
     def call(self, method: str, timeout_s: float | None = None, on_progress: Callable[[int], object] | None = None,
-             **kwargs: Any) -> Any:
-        """The worker's answer to ``method(**kwargs)``; ``on_progress(n)`` as it reports finished requests."""
+             on_finished: Callable[[list], list[tuple[str, Any]]] | None = None, **kwargs: Any) -> Any:
+        """The worker's answer to ``method(**kwargs)``; ``on_progress(n)`` as it reports finished requests;
+        ``on_finished(batch)`` as a stream reports them, its messages sent back at once."""
         try:
             self.conn.send((method, {**kwargs, **({"stream_progress": True} if on_progress else {})}))
             deadline = None if timeout_s is None else time.time() + timeout_s
@@ -185,9 +195,18 @@ class _Worker:
                         raise EngineError(f"the vLLM worker did not answer {method} within {timeout_s:.0f} s "
                                           f"(generation.vllm.start_timeout_s); the end of its log:\n{self._tail()}")
                 status, result = self.conn.recv()
-                if status != "progress":
+                if status == "progress":
+                    on_progress(result)  # type: ignore[misc]
+                elif status == "finished":
+                    try:
+                        messages = on_finished(result)  # type: ignore[misc]
+                    except BaseException:  # the worker would go on streaming to nobody: it goes
+                        self.close()
+                        raise
+                    for message in messages:
+                        self.conn.send(message)
+                else:
                     break
-                on_progress(result)  # type: ignore[misc]
         except (EOFError, OSError) as exc:
             raise EngineError(f"lost the vLLM worker during {method} ({exc}); its log:\n{self._tail()}") from None
         if status == "error":
@@ -214,13 +233,24 @@ class _Worker:
         atexit.unregister(self.close)
 
 
+def _mixes_the_base(requests: Sequence[Request]) -> bool:
+    return any(r.adapter is None for r in requests) and any(r.adapter is not None for r in requests)
+
+
 @register_engine("vllm")
 class VLLMEngine(Engine):
     """vLLM with every adapter of ``policies`` as a LoRA slot, republished whenever its weights changed."""
 
+    streams = True
+    seeded = True
+
     def __init__(self, policies: Policies, cfg: Any, ranks: Ranks = Ranks(), log: Callable = print):
         super().__init__(policies)
         v = cfg.generation.vllm
+        # generation.stream=false: two stages, as the hf engines play (the same rows, for comparing the two)
+        self.streaming = bool(cfg.generation.get("stream", True))
+        # generation.vllm.request_seeds=false: every request from the engine's one stream (the sampler's fast path)
+        self.seeded = bool(v.get("request_seeds", True))
         placement = vllm_placement(cfg)
         device = policies.device
         self.max_model_len = int(v.max_model_len or policies.context or 32_768)
@@ -292,6 +322,85 @@ class VLLMEngine(Engine):
         if on_sampled is not None and len(send) < len(prompts):
             on_sampled(len(prompts) - len(send))  # the prompts that left no room: done, unsampled
         return out
+
+    def generate(self, requests: Sequence[Request], sampling: Sampling, on_sampled: OnSampled = None
+                 ) -> list[Completion]:
+        """One engine call for every request, whatever its adapter, each drawn from its own seed; the base's
+        requests in a call of their own where adapters' come too (vLLM gives an adapter-less request batched beside
+        LoRA requests the last adapter)."""
+        if not _mixes_the_base(requests):
+            return self._play(requests, sampling, None, on_sampled)
+        out: list[Completion | None] = [None] * len(requests)
+        for base in (False, True):
+            rows = [i for i, r in enumerate(requests) if (r.adapter is None) == base]
+            for i, c in zip(rows, self._play([requests[i] for i in rows], sampling, None, on_sampled)):
+                out[i] = c
+        return out  # type: ignore[return-value]
+
+    def stream(self, requests: Sequence[Request], sampling: Sampling, then: Then | None = None,
+               on_sampled: OnSampled = None) -> list[Completion]:
+        """One engine call: each follow-up ``then`` returns is submitted while the call runs, so its tail overlaps
+        the rest. In waves (``Engine.stream``) with ``generation.stream=false``, or where the base would share the
+        call with adapters."""
+        if not self.streaming or _mixes_the_base(requests):
+            return super().stream(requests, sampling, then, on_sampled)
+        return self._play(requests, sampling, then, on_sampled)
+
+    def _play(self, requests: Sequence[Request], sampling: Sampling, then: Then | None,
+              on_sampled: OnSampled) -> list[Completion]:
+        """The requests and their follow-ups in one conversation with vLLM (``VLLMServer.stream``)."""
+        for adapter in self.policies.adapters:  # a follow-up may name any adapter: all of them published first
+            self._publish(adapter)
+        done: list[Completion | None] = []
+        # per index: its prompt, the budget it asked for and the room the context leaves it
+        asked: list[tuple[str, int, int]] = []
+        pending = 0
+
+        def submit(batch: Sequence[Request]) -> list[tuple]:
+            """Index the batch; its requests with room as the worker takes them. A request without room is done at
+            once, empty, and what it leads to is submitted in its place."""
+            nonlocal pending
+            wire, no_room = [], []
+            if not batch:
+                return []
+            for r, x in zip(batch, self.policies.prompt_ids([r.prompt for r in batch])):
+                budget = min(sampling.max_new_tokens, r.max_new_tokens or sampling.max_new_tokens)
+                room = min(self.policies.room([len(x)], budget)[0], self.max_model_len - len(x))
+                key = len(done)
+                done.append(None)
+                asked.append((r.prompt, budget, room))
+                if room > 0:
+                    lora = None if r.adapter is None else self.published[r.adapter][1]
+                    wire.append((key, x, room, lora, r.seed if self.seeded else None))
+                else:
+                    no_room.append((key, [], []))
+            pending += len(wire)
+            return wire + (submit(finish(no_room)) if no_room else [])
+
+        def finish(batch: list[tuple[int, list[int], list[float]]]) -> list[Request]:
+            for key, tokens, logps in batch:
+                prompt, budget, room = asked[key]
+                c = self.policies.completion(prompt, tokens, sampling.ignore_eos, logps) if room > 0 else \
+                    Completion("", (), truncated=True)
+                done[key] = dataclasses.replace(c, context_limited=room < budget)
+            if on_sampled is not None:
+                on_sampled(len(batch))
+            return list(then([(k, done[k]) for k, _, _ in sorted(batch)])) if then is not None else []  # type: ignore
+
+        def answer(batch: list[tuple[int, list[int], list[float]]]) -> list[tuple[str, Any]]:
+            nonlocal pending
+            pending -= len(batch)
+            wire = submit(finish(batch))
+            messages: list[tuple[str, Any]] = [("add", wire)] if wire else []
+            return messages + ([("end", None)] if pending == 0 else [])
+
+        first = submit(requests)
+        if pending == 0:
+            return done  # type: ignore[return-value]
+        self.backend.call("stream", requests=first, temperature=sampling.temperature, top_p=sampling.top_p,
+                          top_k=sampling.top_k, stop_token_ids=sorted(self.policies.end_ids),
+                          ignore_eos=sampling.ignore_eos, on_finished=answer)
+        return done  # type: ignore[return-value]
 
     def close(self) -> None:
         self.backend.close()

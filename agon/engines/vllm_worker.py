@@ -5,7 +5,9 @@ environment that has vLLM and nothing of agon's (``make vllm-install`` builds ``
 build pins an older transformers than agon's). As a worker it is started as ``python vllm_worker.py --fd N``, where
 N is one end of a socket pair; requests and replies are pickled plain values (lists, ints, floats, strings), so the
 two sides need not share a single package. A request may ask for progress: ``("progress", n)`` messages, one per
-finished request, come before its reply. The worker dies with its parent (``PR_SET_PDEATHSIG``).
+finished request, come before its reply. ``stream`` is a conversation: ``("finished", [...])`` messages go out as
+requests finish, the caller's ``("add", [...])`` and ``("end", None)`` come in while the engine runs, and the reply
+comes once the caller has ended and everything has finished. The worker dies with its parent (``PR_SET_PDEATHSIG``).
 
 Left out on purpose: an HTTP server (TRL's ``trl vllm-serve``). A worker per trainer process keeps the weights
 where the trainer publishes them and needs no ports; tensor parallelism inside one worker is vLLM's own setting.
@@ -92,6 +94,56 @@ class VLLMServer:
         return out
 
 
+    def stream(self, requests: list[tuple], temperature: float, top_p: float, top_k: int, stop_token_ids: list[int],
+               ignore_eos: bool, take: Callable[[bool], list[tuple[str, Any]]],
+               give: Callable[[list[tuple[int, list[int], list[float]]]], object]) -> None:
+        """Sample ``requests`` and every request the caller adds while they run, each the moment it arrives.
+
+        A request is ``(key, prompt ids, max tokens, lora id or None, seed or None)``. Between engine steps,
+        ``take(block)`` returns the caller's messages: ``("add", [requests])`` or ``("end", None)`` (nothing more
+        will come once what runs has finished); it blocks only when nothing runs. ``give`` is told each step's
+        finished requests as ``(key, token ids, log-probs)``. Requests of several adapters share the engine's
+        batches (vLLM's multi-LoRA scheduling); a seed makes what a request draws its own, whatever it is batched
+        with."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+
+        def add(batch: list[tuple]) -> None:
+            for key, ids, max_tokens, lora_id, seed in batch:
+                params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                                        logprobs=0, stop_token_ids=[] if ignore_eos else stop_token_ids,
+                                        ignore_eos=ignore_eos, detokenize=False, skip_special_tokens=False,
+                                        seed=seed, output_kind=RequestOutputKind.FINAL_ONLY)
+                engine.add_request(f"agon-{key}", TokensPrompt(prompt_token_ids=ids), params,
+                                   lora_request=None if lora_id is None else self.adapters[lora_id])
+
+        add(requests)
+        running, ended = len(requests), False
+        while not (ended and running == 0):
+            for kind, batch in take(running == 0):
+                if kind == "add":
+                    add(batch)
+                    running += len(batch)
+                elif kind == "end":
+                    ended = True
+                else:  # the caller closes the engine (it failed while we streamed): no one awaits the rest
+                    raise SystemExit(0)
+            if running == 0:
+                continue
+            finished = []
+            for output in engine.step():
+                if output.finished:
+                    c = output.outputs[0]
+                    logps = [step[t].logprob for t, step in zip(c.token_ids, c.logprobs)]
+                    finished.append((int(output.request_id.split("-")[1]), list(c.token_ids), logps))
+            if finished:
+                running -= len(finished)
+                give(finished)
+
+
 def _reporting_bar(report: Callable[[int], object]) -> Callable[..., Any]:
     """A progress-bar factory for vLLM's ``use_tqdm`` whose bar draws into a buffer and passes each update on."""
     import io
@@ -118,11 +170,16 @@ def serve(fd: int) -> None:
             method, kwargs = conn.recv()
         except (EOFError, OSError):
             return
+        if method in ("add", "end"):  # a stream's late messages, after it failed: nothing left to take them
+            continue
         try:
             if method == "init":
                 t0 = time.time()
                 server = VLLMServer(**kwargs)
                 result: Any = {"seconds": time.time() - t0, "version": server.version()}
+            elif method == "stream":  # ("finished", [...]) to the caller as requests finish; its messages between
+                result = server.stream(**kwargs, take=functools.partial(_messages, conn),  # type: ignore[union-attr]
+                                       give=lambda batch: conn.send(("finished", batch)))
             elif method == "close":
                 conn.send(("ok", None))
                 return
@@ -133,6 +190,14 @@ def serve(fd: int) -> None:
             conn.send(("ok", result))
         except Exception:  # the caller raises it with the worker's traceback
             conn.send(("error", traceback.format_exc()))
+
+
+def _messages(conn: Any, block: bool) -> list[tuple[str, Any]]:
+    """The caller's messages waiting on ``conn`` (at least one when ``block``)."""
+    out = [conn.recv()] if block else []
+    while conn.poll(0):
+        out.append(conn.recv())
+    return out
 
 
 def _die_with_parent() -> None:

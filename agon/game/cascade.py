@@ -34,22 +34,28 @@ Sizes: the evaluations before and after training score ``eval.n_problems`` x ``e
 can be drawn often without each point costing a full evaluation. Every logged point carries ``eval/n_problems``
 and ``eval/samples``, the size it was scored at.
 
-Resuming: an evaluation plays its problems in chunks of ``eval.chunk_problems`` (every pipeline on one chunk, then
+Streamed: on an engine that streams (vLLM, ``generation.stream``), an evaluation is one engine call. This rank's
+share of every play (both cascade orders, solo and cross-play alike) is submitted at once, each answer the moment its
+draft is finished, graded and recapped (``rollout.play_rounds``), so no stage waits out another's tail. Every request
+draws from its own seed (``derive_seed``: the run's seed, the phase, the step, the order, the problem's place in
+the evaluation and the sample), so a streamed evaluation and a two-stage one give the same rows.
+
+Resuming: with a ``PartStore``, a streamed evaluation commits each round to this rank's journal
+(``RoundJournal``) as it finishes; a run killed during it and launched again plays only the rounds that were not
+committed (those in flight), and, each drawn from its own seed, they are the uninterrupted run's. On the other
+engines an evaluation plays its problems in chunks of ``eval.chunk_problems`` (every pipeline on one chunk, then
 the next), each chunk sampled from its own seed (``chunk_seed``: the run's seed, the phase, the step, the chunk and
-the rank) and, with a ``PartStore``, committed to the run directory as it finishes (written to a temporary file,
-then renamed). A run killed during any evaluation and launched again plays only the chunks that were not committed,
-and since no chunk's samples depend on another's, its rows are line for line the uninterrupted run's. The store is
-keyed by the adapters' digest and the settings that shape the evaluation, so parts of another evaluation are never
-read. The evaluation runs under a forked RNG: training after it draws what it would have drawn without it, so an
-interim evaluation resumed from its parts leaves the rest of the run as it was.
+the rank) and committed as it finishes (written to a temporary file, then renamed); a relaunch plays only the
+chunks that were not committed, and since no chunk's samples depend on another's, its rows are line for line the
+uninterrupted run's. The store is keyed by the adapters' digest and the settings that shape the evaluation, so
+parts of another evaluation are never read. The evaluation runs under a forked RNG: training after it draws what it
+would have drawn without it, so an interim evaluation resumed from its parts leaves the rest of the run as it was.
 
 Progress: one bar over the completions this rank samples (total known before the first call), advanced as each
 of the engine's batches returns (a ``generate`` call of ``hf``, each finished request of vLLM, a call of continuous
-batching per completion budget), starting at the completions of committed chunks, so a long evaluation shows an
-ETA instead of looking hung. Left out on purpose: the optional diagnostic (``agon.game.diagnostic.diagnose``), which
-samples outside the bar, and per-request seeds for vLLM, which samples from its engine's seed: a vLLM evaluation
-resumes without sampling again what was done, but its remaining chunks draw other samples than an uninterrupted run
-would.
+batching per completion budget), starting at the completions already committed, so a long evaluation shows an ETA
+instead of looking hung. Left out on purpose: the optional diagnostic (``agon.game.diagnostic.diagnose``), which
+samples outside the bar and outside the stream.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +76,7 @@ from agon.core.distributed import Ranks
 from agon.engines import Engine, Sampling
 from agon.core.methods import get_method
 from agon.models.policies import Policies
-from agon.game.rollout import Attempt, Game, play_split
+from agon.game.rollout import Attempt, Game, Match, Round, derive_seed, play_rounds, play_split
 from agon.tasks import Problem, Task
 from agon.tasks.text import final_answer
 
@@ -115,10 +122,8 @@ def progress_label(phase: str, step: int) -> str:
     return f"eval step {step}" if phase == "train" else f"eval {phase}"
 
 
-def chunk_seed(*parts: Any) -> int:
-    """A seed of 63 bits from ``parts`` (the run's seed, phase, step, chunk, rank): the same parts, the same seed, on
-    every machine and Python (not ``hash``, which is salted per process)."""
-    return int(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:15], 16)
+# the seed of a chunk (the run's seed, phase, step, chunk, rank) or of a problem's requests
+chunk_seed = derive_seed
 
 
 @contextlib.contextmanager
@@ -148,6 +153,10 @@ class PartStore:
         games = torch.load(path, weights_only=False) if self.ranks.is_main and path.exists() else None
         return self.ranks.share(games)
 
+    def journal(self) -> "RoundJournal":
+        """This rank's rounds of a streamed evaluation, committed one by one."""
+        return RoundJournal(self.dir / f"rounds_rank{self.ranks.rank}.pkl")
+
     def save(self, chunk: int, games: dict[str, Game]) -> None:
         if self.ranks.is_main:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -155,6 +164,49 @@ class PartStore:
             torch.save(games, tmp)
             os.replace(tmp, self.dir / f"chunk_{chunk}.pt")
         self.ranks.barrier()
+
+
+class RoundJournal:
+    """The finished rounds of a streamed evaluation, appended to one file as each finishes (a pickle per round,
+    flushed and synced), so a kill loses only the rounds in flight. A record cut short by a kill mid-write is
+    dropped, and the file cut back to the last whole record, when it is read."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._file: Any = None
+
+    def load(self) -> dict[tuple[str, int], Round]:
+        """{(order, row): round} of every whole record."""
+        out: dict[tuple[str, int], Round] = {}
+        if not self.path.exists():
+            return out
+        whole = 0
+        with open(self.path, "rb") as f:
+            while True:
+                try:
+                    order, row, rnd = pickle.load(f)
+                except EOFError:
+                    break
+                except Exception:  # a record a kill cut short: everything before it stands
+                    break
+                out[(order, row)] = rnd
+                whole = f.tell()
+        if whole < self.path.stat().st_size:
+            os.truncate(self.path, whole)
+        return out
+
+    def append(self, order: str, row: int, rnd: Round) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "ab")
+        pickle.dump((order, row, rnd), self._file)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def store_key(digest: str, cfg: Any, phase: str, step: int, n: int, samples: int) -> str:
@@ -168,17 +220,34 @@ def store_key(digest: str, cfg: Any, phase: str, step: int, n: int, samples: int
 
 
 class _Counted:
-    """An engine whose ``sample`` calls are counted (the evaluation says how many it made)."""
+    """An engine whose calls are counted (the evaluation says how many it made): each ``sample``, each
+    ``generate`` of an engine that makes one call of it, each ``stream`` of an engine that streams."""
 
-    def __init__(self, engine: Engine | None):
+    def __init__(self, engine: Engine):
         self.engine, self.calls = engine, 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
 
+    @property
+    def streaming(self) -> bool:
+        return type(self.engine).stream is not Engine.stream and getattr(self.engine, "streaming", True)
+
     def sample(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
-        return self.engine.sample(*args, **kwargs)  # type: ignore[union-attr]
+        return self.engine.sample(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        if type(self.engine).generate is Engine.generate:  # a sample call per adapter: counted there
+            return Engine.generate(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.calls += 1
+        return self.engine.generate(*args, **kwargs)
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.streaming:  # waves of generate calls, counted there
+            return Engine.stream(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.calls += 1
+        return self.engine.stream(*args, **kwargs)
 
 
 def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Problem], step: int,
@@ -197,20 +266,30 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
     samples = e.samples if samples is None else samples
     sampling = Sampling.from_config(e)
     evaluation = get_method(cfg.method.name).evaluation(cfg.rotation.mode)
-    # a multiple of the processes, so that every rank has a share of every chunk
-    size = -(-max(e.chunk_problems, ranks.world) // ranks.world) * ranks.world
-    chunks = [list(problems[i: i + size]) for i in range(0, len(problems), size)]
+    counted = _Counted(engine if engine is not None else HFEngine(policies))
+    streamed = counted.streaming and cfg.exchange.mode != "latent"
+    # a multiple of the processes, so that every rank has a share of every chunk; streamed, one chunk of everything
+    size = len(problems) if streamed else -(-max(e.chunk_problems, ranks.world) // ranks.world) * ranks.world
+    chunks = [list(range(i, min(i + size, len(problems)))) for i in range(0, len(problems), max(size, 1))]
     stages = sum(1 if answerer is False else 2 for _, answerer in evaluation.plays)
     # this rank's share: the completions its bar counts
     total = sum(len(ranks.split(chunk)) * samples * stages for chunk in chunks)
-    counted = _Counted(engine if engine is not None else HFEngine(policies))
+
+    def seeds(order: str, positions: Sequence[int]) -> list[int]:
+        """Each problem's seed, by its place in ``problems``: the same rows whichever way they are played."""
+        return [derive_seed(cfg.seed, phase, step, order, p) for p in positions]
+
     parts: list[dict[str, Game]] = []
-    played = 0
+    played = kept = 0
     # an interim bar is cleared when done, so the training bar under it keeps its line
     with forked_rng(), tqdm(total=total, desc=progress_label(phase, step), unit="completion",
                             disable=not (progress and ranks.is_main), leave=phase != "train",
                             dynamic_ncols=True) as bar:
-        for i, chunk in enumerate(chunks):
+        if streamed:
+            games, played, kept = _play_streamed(policies, task, cfg, problems, samples, sampling, evaluation.plays,
+                                                 counted, ranks, seeds, store, bar)
+            parts.append(games)
+        for i, chunk in ([] if streamed else enumerate(chunks)):
             games = store.load(i) if store is not None else None
             if games is None:
                 torch.manual_seed(chunk_seed(cfg.seed, phase, step, i, ranks.rank))
@@ -219,24 +298,66 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
                 for drafter, answerer in evaluation.plays:
                     order = order_name(drafter, answerer)
                     bar.set_postfix_str(order)
-                    games[order] = play_split(ranks, policies, task, cfg.model, chunk, drafter=drafter,
-                                              challenger=answerer, exchange=cfg.exchange.mode, group_size=samples,
-                                              sampling=sampling, engine=counted, on_sampled=bar.update,
-                                              span=cfg.exchange.span)[0]
+                    games[order] = play_split(ranks, policies, task, cfg.model, [problems[p] for p in chunk],
+                                              seeds(order, chunk), drafter=drafter, challenger=answerer,
+                                              exchange=cfg.exchange.mode, group_size=samples, sampling=sampling,
+                                              engine=counted, on_sampled=bar.update, span=cfg.exchange.span)[0]
                 played += 1
                 if store is not None:
                     store.save(i, games)
             else:
+                kept += 1
                 bar.update(len(ranks.split(chunk)) * samples * stages)
             parts.append(games)
             if on_chunk is not None:
                 on_chunk(i)
     if log is not None:
-        kept = f", {len(chunks) - played} kept from an interrupted run" if played < len(chunks) else ""
-        log(f"[eval] {progress_label(phase, step)}: {played} of {len(chunks)} chunks played in {counted.calls} "
-            f"engine calls{kept}")
+        unit = "rounds" if streamed else "chunks"
+        done = f"{played} of {played + kept} {unit} played in {counted.calls} engine calls"
+        log(f"[eval] {progress_label(phase, step)}: {done}{f', {kept} kept from an interrupted run' if kept else ''}")
     games = {order: Game.concat([part[order] for part in parts]) for order in parts[0]} if parts else {}
     return summarise(games, evaluation.headline, step=step, phase=phase)
+
+
+def _play_streamed(policies: Policies, task: Task, cfg: Any, problems: Sequence[Problem], samples: int,
+                   sampling: Sampling, plays: Sequence[tuple[str | None, str | None | bool]], engine: Any,
+                   ranks: Ranks, seeds: Callable[[str, Sequence[int]], list[int]], store: PartStore | None,
+                   bar: Any) -> tuple[dict[str, Game], int, int]:
+    """This rank's share of every play in one engine stream, each round committed to the store's journal as it
+    finishes and the journal's rounds not played again; (every rank's games, rounds played, rounds kept)."""
+    positions = ranks.split(list(range(len(problems))))
+    rows = [(p, k) for p in positions for k in range(samples)]
+    journal = store.journal() if store is not None else None
+    committed = journal.load() if journal is not None else {}
+    orders = [order_name(d, a) for d, a in plays]
+    todo = {o: [j for j, (p, k) in enumerate(rows) if (o, p * samples + k) not in committed] for o in orders}
+    for o, (_, answerer) in zip(orders, plays):
+        bar.update((len(rows) - len(todo[o])) * (1 if answerer is False else 2))
+    matches = []
+    for o, (drafter, answerer) in zip(orders, plays):
+        problem_seeds = dict(zip(positions, seeds(o, positions)))
+        matches.append(Match(drafter, answerer, [problems[rows[j][0]] for j in todo[o]],
+                             [derive_seed(problem_seeds[rows[j][0]], rows[j][1]) for j in todo[o]]))
+
+    def commit(m: int, i: int, rnd: Round) -> None:
+        p, k = rows[todo[orders[m]][i]]
+        journal.append(orders[m], p * samples + k, rnd)  # type: ignore[union-attr]
+
+    try:
+        new = play_rounds(policies, task, cfg.model, matches, exchange=cfg.exchange.mode, sampling=sampling,
+                          engine=engine, on_sampled=bar.update, on_round=commit if journal is not None else None)
+    finally:
+        if journal is not None:
+            journal.close()
+    mine: dict[str, list[Round]] = {}
+    for m, o in enumerate(orders):
+        played = dict(zip(todo[o], new[m]))
+        mine[o] = [played[j] if j in played else committed[(o, p * samples + k)] for j, (p, k) in enumerate(rows)]
+    shares = ranks.gather(mine)
+    games = {o: Game([r for share in shares for r in share[o]], d, None if a is False else a, samples)  # type: ignore
+             for o, (d, a) in zip(orders, plays)}
+    n_played = sum(len(t) for t in todo.values())
+    return games, n_played, len(rows) * len(orders) - n_played
 
 
 def summarise(games: Mapping[str, Game], headline: Sequence[str], *, step: int, phase: str) -> EvalResult:

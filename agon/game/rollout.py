@@ -18,13 +18,14 @@ evaluation can show its progress.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
 from agon.core.distributed import Ranks
-from agon.engines import Engine, Sampling
+from agon.engines import Engine, Request, Sampling
 from agon.engines.hf import HFEngine
 from agon.models.latent import SPANS, Prefixes
 from agon.models.policies import Policies
@@ -121,6 +122,90 @@ def render(policies: Policies, task: Task, model_cfg: Any, message: str) -> str:
     return policies.render(message, system=task.cfg.system_prompt, enable_thinking=model_cfg.enable_thinking)
 
 
+def derive_seed(*parts: Any) -> int:
+    """A seed of 63 bits from ``parts`` (the run's seed, a phase, a step, a row): the same parts, the same seed, on
+    every machine and Python (not ``hash``, which is salted per process)."""
+    return int(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:15], 16)
+
+
+@dataclass(frozen=True)
+class Match:
+    """One table of rounds: who drafts, who answers (``False``: drafts only; ``None``: the base), one problem per
+    round and each round's seed (``None``: the engine's own stream). The challenge draws from a seed derived from
+    its round's, so a round samples the same whatever else shares its engine call."""
+
+    drafter: str | None
+    challenger: str | None | bool
+    problems: Sequence[Problem]
+    seeds: Sequence[int | None]
+
+
+# told (match, row, round) as each round is complete
+OnRound = Callable[[int, int, Round], object]
+
+
+def play_rounds(policies: Policies, task: Task, model_cfg: Any, matches: Sequence[Match], *, exchange: str,
+                sampling: Sampling, engine: Engine, on_sampled: Callable[[int], object] | None = None,
+                on_round: OnRound | None = None) -> list[list[Round]]:
+    """Every match's rounds, played in one ``Engine.stream``: all drafts submitted at once, each draft graded and
+    recapped as it finishes and its challenge submitted then (``exchange=visible``); under ``exchange=hidden`` the
+    challenges read the plain prompt and go in with the drafts. On an engine that streams, the challenges' tails
+    overlap the drafts'; on the others the stream plays two waves, every draft before any challenge. Rounds in row
+    order per match. Not ``exchange=latent``: its challenger reads the drafter's states (``play``)."""
+    plain = [[render(policies, task, model_cfg, task.user_message(p)) for p in m.problems] for m in matches]
+    # per request index: (match, row, stage), in the order the stream indexes them
+    index: list[tuple[int, int, str]] = []
+    drafts: dict[tuple[int, int], Attempt] = {}
+    challenges: dict[tuple[int, int], Attempt] = {}
+    challenge_prompts: dict[tuple[int, int], str] = {}
+    rounds: list[list[Round | None]] = [[None] * len(m.problems) for m in matches]
+
+    def challenge_seed(m: int, i: int) -> int | None:
+        seed = matches[m].seeds[i]
+        return None if seed is None else derive_seed(seed, "challenge")
+
+    def request(m: int, i: int, stage: str, prompt: str) -> Request:
+        index.append((m, i, stage))
+        if stage == "draft":
+            return Request(prompt, matches[m].drafter, matches[m].seeds[i])
+        challenge_prompts[(m, i)] = prompt
+        return Request(prompt, matches[m].challenger, challenge_seed(m, i))  # type: ignore[arg-type]
+
+    def complete(m: int, i: int) -> None:
+        d = drafts[(m, i)]
+        rnd = Round(matches[m].problems[i], d, task.recap(d.completion.text), challenges.get((m, i)))
+        rounds[m][i] = rnd
+        if on_round is not None:
+            on_round(m, i, rnd)
+
+    def then(finished: list[tuple[int, Completion]]) -> list[Request]:
+        which = [index[k] for k, _ in finished]
+        verdicts = task.verify([matches[m].problems[i] for m, i, _ in which], [c.text for _, c in finished])
+        follow = []
+        for (k, c), (m, i, stage), v in zip(finished, which, verdicts):
+            if stage == "draft":
+                drafts[(m, i)] = Attempt(plain[m][i], c, v)
+                if matches[m].challenger is False or (m, i) in challenges:
+                    complete(m, i)
+                elif exchange == "visible":
+                    recap = task.recap(c.text)
+                    message = task.challenge_message(matches[m].problems[i], recap)
+                    follow.append(request(m, i, "challenge", render(policies, task, model_cfg, message)))
+            else:
+                challenges[(m, i)] = Attempt(challenge_prompts[(m, i)], c, v)
+                if (m, i) in drafts:
+                    complete(m, i)
+        return follow
+
+    first = [request(m, i, "draft", plain[m][i])
+             for m, match in enumerate(matches) for i in range(len(match.problems))]
+    if exchange != "visible":  # the challenge reads the plain prompt: it need not wait for its draft
+        first += [request(m, i, "challenge", plain[m][i]) for m, match in enumerate(matches)
+                  if match.challenger is not False for i in range(len(match.problems))]
+    engine.stream(first, sampling, then, on_sampled)
+    return rounds  # type: ignore[return-value]
+
+
 def play(
     policies: Policies,
     task: Task,
@@ -135,39 +220,49 @@ def play(
     engine: Engine | None = None,
     on_sampled: Callable[[int], object] | None = None,
     span: str = "recap",
+    seeds: Sequence[int | None] | None = None,
 ) -> Game:
     """Draft ``group_size`` times per problem with ``drafter``; challenge each draft with ``challenger``.
 
     ``challenger=False`` plays drafts only (vanilla GRPO, solo evaluation); ``None`` means the base model.
-    ``engine`` samples (``agon.engines``; default: ``hf`` on ``policies``). ``on_sampled(n)`` is called as each
-    stage's engine call returns its ``n`` completions. ``span``: what of each draft a latent challenger reads
-    (``exchange=latent`` only).
+    ``engine`` samples (``agon.engines``; default: ``hf`` on ``policies``). ``on_sampled(n)`` is called as the
+    engine returns each batch of ``n`` completions. ``span``: what of each draft a latent challenger reads
+    (``exchange=latent`` only). ``seeds``: each problem's seed, for engines that seed requests (``Engine.seeded``);
+    its ``group_size`` rows draw from seeds derived from it.
     """
     engine = engine or HFEngine(policies)
     rows = [p for p in problems for _ in range(group_size)]
+    if exchange == "latent" and challenger is not False:
+        return _play_latent(policies, task, model_cfg, rows, drafter, challenger, group_size, sampling, engine,
+                            on_sampled, span)
+    row_seeds = [None] * len(rows) if seeds is None else [derive_seed(s, k) for s in seeds for k in range(group_size)]
+    match = Match(drafter, challenger, rows, row_seeds)
+    rounds = play_rounds(policies, task, model_cfg, [match], exchange=exchange, sampling=sampling, engine=engine,
+                         on_sampled=on_sampled)[0]
+    return Game(rounds, drafter, None if challenger is False else challenger, group_size)  # type: ignore[arg-type]
+
+
+def _play_latent(policies: Policies, task: Task, model_cfg: Any, rows: list[Problem], drafter: str | None,
+                 challenger: str | None, group_size: int, sampling: Sampling, engine: Engine,
+                 on_sampled: Callable[[int], object] | None, span: str) -> Game:
+    """``play`` under ``exchange=latent``: every draft, then every challenge read after its draft's span of
+    key/value states (which exist only once the draft is written, on the ``hf`` engine)."""
     plain = [render(policies, task, model_cfg, task.user_message(p)) for p in rows]
     drafts = sample_attempts(engine, task, drafter, rows, plain, sampling, on_sampled)
     recaps = [task.recap(d.completion.text) for d in drafts]
-    if challenger is False:
-        return Game([Round(p, d, r) for p, d, r in zip(rows, drafts, recaps)], drafter, None, group_size)
-    prefixes = None
-    if exchange == "visible":
-        prompts = [render(policies, task, model_cfg, task.challenge_message(p, r)) for p, r in zip(rows, recaps)]
-    else:
-        prompts = plain
-        if exchange == "latent":
-            prefixes = latent_prefixes(policies, task, drafts, drafter, span)
-    challenges = sample_attempts(engine, task, challenger, rows, prompts, sampling,  # type: ignore[arg-type]
-                                 on_sampled, prefixes)
+    prefixes = latent_prefixes(policies, task, drafts, drafter, span)
+    challenges = sample_attempts(engine, task, challenger, rows, plain, sampling, on_sampled, prefixes)
     rounds = [Round(p, d, r, c) for p, d, r, c in zip(rows, drafts, recaps, challenges)]
-    return Game(rounds, drafter, challenger, group_size)  # type: ignore[arg-type]
+    return Game(rounds, drafter, challenger, group_size)
 
 
 def play_split(ranks: Ranks, policies: Policies, task: Task, model_cfg: Any, problems: Sequence[Problem],
-               **kwargs: Any) -> tuple[Game, slice]:
-    """``play`` of this rank's share of ``problems`` (``ranks.split``: whole groups); returns the whole game, every
-    rank's rounds in problem order, and this rank's rows of it. One process: ``play`` itself, all rows."""
-    mine = play(policies, task, model_cfg, ranks.split(problems), **kwargs)
+               seeds: Sequence[int] | None = None, **kwargs: Any) -> tuple[Game, slice]:
+    """``play`` of this rank's share of ``problems`` (``ranks.split``: whole groups) and of their ``seeds``; returns
+    the whole game, every rank's rounds in problem order, and this rank's rows of it. One process: ``play`` itself,
+    all rows."""
+    mine = play(policies, task, model_cfg, ranks.split(problems),
+                seeds=None if seeds is None else ranks.split(seeds), **kwargs)
     games = ranks.gather(mine)
     start = sum(len(g.rounds) for g in games[: ranks.rank])
     return Game.concat(games), slice(start, start + len(mine.rounds))

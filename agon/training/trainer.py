@@ -47,7 +47,7 @@ from agon.models.tokens import Tokens
 from agon.records.recorder import Recorder
 from agon.core.rewards import RoleRewards, compute_rewards
 from agon.training.role_batch import RoleBatch, in_place, role_batches
-from agon.game.rollout import Game, play_split
+from agon.game.rollout import Game, derive_seed, play_split
 from agon.tasks import Problem, Task
 
 # fault injection, for tests only: ``AGON_TEST_PAUSE_AT=<point>:<step>`` stops the run at that point of that step,
@@ -269,7 +269,11 @@ class Trainer:
     def step(self) -> dict[str, Any]:
         t0 = time.time()
         turn = self.method.turn(self.cfg.rotation.mode, self.state.step)
-        game, rows = play_split(self.ranks, self.policies, self.task, self.cfg.model, self.next_problems(),
+        problems = self.next_problems()
+        # each problem's requests drawn from seeds of their own (engines that seed requests): a streamed step and a
+        # two-stage one, or a step replayed after a resume, sample the same
+        seeds = [derive_seed(self.cfg.seed, "train", self.state.step, i) for i in range(len(problems))]
+        game, rows = play_split(self.ranks, self.policies, self.task, self.cfg.model, problems, seeds,
                                 drafter=turn.drafter, challenger=turn.challenger, exchange=self.cfg.exchange.mode,
                                 group_size=self.t.num_generations, sampling=self.sampling, engine=self.engine,
                                 span=self.cfg.exchange.span)
