@@ -28,10 +28,12 @@ agon's games (the solo rows repeat A>B's drafts, its timeout included, and must 
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import astuple
 
 import pytest
+import yaml
 
 from agon.game.cascade import EvalResult, agreement, divergence, evaluate, order_name, summarise
 from agon.core.methods import Evaluation, get_method
@@ -276,3 +278,27 @@ def test_summarise_reads_the_boxed_answers_of_the_drafts():
     assert metrics["eval/agree_AB"] == pytest.approx(5 / 9)
     rows = summarise(games, ["A>B", "B>A"], step=0, phase="start").rows
     assert [r["answer"] for r in rows if r["order"] == "A"] == ["3", "3", "4", "7", None, "7"]
+
+
+def test_the_parts_key_names_what_shapes_the_samples_and_not_the_engines_resources(small_cfg):
+    """A committed part is reused across a change of the engine's resources (memory, batch width, start timeout,
+    streaming: each row draws from its own seed) and never across a change of what is sampled."""
+    from omegaconf import OmegaConf
+
+    from agon.game.cascade import store_key
+
+    def key(*overrides: str) -> str:
+        cfg = copy.deepcopy(small_cfg)
+        for item in overrides:
+            name, value = item.split("=")
+            OmegaConf.update(cfg, name, yaml.safe_load(value))
+        return store_key("digest", cfg, "start", 0, 3, 2)
+
+    base = key()
+    for same in ("generation.vllm.gpu_memory_utilization=0.2", "generation.vllm.max_num_seqs=8",
+                 "generation.vllm.start_timeout_s=60", "generation.vllm.cpu_kv_cache_gib=4",
+                 "generation.vllm.enforce_eager=true", "generation.stream=false", "generation.allow_slow=true"):
+        assert key(same) == base, same
+    for other in ("generation.engine=vllm", "generation.vllm.max_model_len=128", "generation.vllm.request_seeds=false",
+                  "eval.temperature=0.5", "eval.chunk_problems=2", "seed=1"):
+        assert key(other) != base, other

@@ -299,6 +299,20 @@ def test_a_run_killed_during_an_evaluation_plays_only_the_chunks_not_done_and_en
     assert not (run_dir / run_files.EVAL_PARTS).exists()
 
 
+def test_a_relaunch_with_less_engine_memory_keeps_the_committed_chunks(straight_chunked, agon_cache, tmp_path):
+    """The natural reaction to an out-of-memory, a lower generation.vllm.gpu_memory_utilization (and a smaller
+    max_num_seqs), changes what the engine holds, not what it samples: the launch again keeps the chunk committed
+    before the kill (``cascade.RESOURCE_KEYS``) and ends as the uninterrupted run."""
+    run_dir = tmp_path / "run"
+    command = CHUNKED + [f"hydra.run.dir={run_dir}"]
+    Launch(command, agon_cache, tmp_path / "killed.log", env=paused_at("eval_chunk_0:0")).kill_at("eval_chunk_0:0")
+    smaller = ["generation.vllm.gpu_memory_utilization=0.2", "generation.vllm.max_num_seqs=8"]
+    out = Launch(command + smaller, agon_cache, tmp_path / "again.log").finish()
+    assert ("[eval] eval start: 2 of 3 chunks played in 8 engine calls, 1 kept from an interrupted run") in out, \
+        out[-3000:]
+    assert records(run_dir) == records(straight_chunked)
+
+
 def cell_dir(sweep: Path, override: str) -> Path:
     """The one cell directory of ``sweep`` whose overrides (``.hydra/overrides.yaml``) include ``override``."""
     found = [p.parents[1] for p in sweep.glob("*/.hydra/overrides.yaml") if override in p.read_text().split()]

@@ -209,12 +209,26 @@ class RoundJournal:
             self._file = None
 
 
+# what an engine runs with, not what it samples (rows draw from their own seeds, or from chunks' on hf): a relaunch
+# that changes one (a lower gpu_memory_utilization after an out-of-memory, a longer start timeout) keeps the parts
+RESOURCE_KEYS = {
+    "generation": ("allow_slow", "stream"),
+    "vllm": ("placement", "python", "gpu_memory_utilization", "cpu_kv_cache_gib", "max_num_seqs", "enforce_eager",
+             "start_timeout_s"),
+}
+
+
 def store_key(digest: str, cfg: Any, phase: str, step: int, n: int, samples: int) -> str:
-    """Names one evaluation's parts: the adapters evaluated and everything that shapes what it samples."""
+    """Names one evaluation's parts: the adapters evaluated and everything that shapes what it samples (not the
+    engine's resources, ``RESOURCE_KEYS``)."""
     from omegaconf import OmegaConf
 
     shaping = {k: OmegaConf.to_container(cfg[k], resolve=True)
                for k in ("model", "task", "method", "exchange", "rotation", "eval", "generation")}
+    for key in RESOURCE_KEYS["generation"]:
+        shaping["generation"].pop(key, None)  # type: ignore[union-attr]
+    for key in RESOURCE_KEYS["vllm"]:
+        shaping["generation"].get("vllm", {}).pop(key, None)  # type: ignore[union-attr]
     blob = json.dumps([digest, shaping, cfg.seed, phase, step, n, samples], sort_keys=True, default=str)
     return f"{phase}-{step}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
