@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import signal
 
 import pytest
@@ -124,6 +125,31 @@ def test_a_workers_gpu_is_its_ranks_even_when_the_scheduler_set_cuda_visible_dev
     assert env["CUDA_VISIBLE_DEVICES"] == "6"  # forced over the inherited list
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "8" and env["VLLM_X"] == "y"  # the user's own setting wins a default
     assert "RANK" not in env and env["HOME"] == "/root"
+
+
+def test_a_worker_started_under_torchrun_sees_none_of_the_launchers_variables(tmp_path):
+    """torchrun (and accelerate launch, which runs it) gives every rank torch-elastic's variables; a worker that
+    inherited TORCHELASTIC_USE_AGENT_STORE=True would start vLLM's own one-process group as a client of a store
+    nobody serves and wait out its timeout. The environment is a real two-process torchrun's."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from agon.engines.vllm_engine import worker_env
+
+    dump = "import json, os; json.dump(dict(os.environ), open(os.environ['OUT'] + os.environ['RANK'], 'w'))"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    subprocess.run([str(torchrun), "--nproc_per_node=2", "--no-python", sys.executable, "-c", dump], check=True,
+                   env={**os.environ, "OUT": str(tmp_path / "env")}, capture_output=True, timeout=120)
+    for rank in ("0", "1"):
+        inherited = json.loads((tmp_path / f"env{rank}").read_text())
+        assert inherited["TORCHELASTIC_USE_AGENT_STORE"] == "True" and inherited["RANK"] == rank  # the premise
+        env = worker_env(inherited, {}, {})
+        launcher = sorted(k for k in env if k.startswith(("TORCHELASTIC_", "ROLE_", "GROUP_")) or k in (
+            "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+        assert launcher == [], launcher
+        assert env["PATH"] == inherited["PATH"]
 
 
 def test_the_fallback_engine_samples_when_vllm_is_installed_nowhere_and_says_so(tiny_base, tmp_path):

@@ -46,8 +46,11 @@ INSTALL_HINT = ("`make vllm-install` (a separate environment, .venv-vllm: vLLM's
 # LoRA ranks vLLM accepts as max_lora_rank
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # launcher variables a worker must not see: it is one process of its own, not a rank of the trainer's group
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                 "ACCELERATE_USE_CPU", "PYTHONPATH")
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
+                 "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_CPU", "PYTHONPATH")
+# and torch-elastic's (torchrun, accelerate launch): with TORCHELASTIC_USE_AGENT_STORE=True, torch's store for vLLM's
+# own one-process group connects as a client to the agent's store instead of serving one, and waits out its timeout
+LAUNCHER_PREFIXES = ("TORCHELASTIC_",)
 
 def worker_python(vllm_cfg: Any) -> str:
     """The worker's interpreter: ``generation.vllm.python``, else ``$AGON_VLLM_PYTHON``, else this interpreter when
@@ -105,7 +108,7 @@ def worker_env(inherited: Mapping[str, str], defaults: Mapping[str, str], forced
     """The worker's environment: the trainer's, less the launcher's rank variables, plus ``defaults`` where the
     trainer's environment does not set them (a user's own vLLM settings win) and ``forced`` over everything (the
     rank's GPU: an inherited list would put every rank's worker on the first GPU)."""
-    env = {k: v for k, v in inherited.items() if k not in LAUNCHER_VARS}
+    env = {k: v for k, v in inherited.items() if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
     env.update({k: v for k, v in defaults.items() if k not in inherited})
     env.update(forced)
     return env
