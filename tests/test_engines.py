@@ -707,3 +707,108 @@ def test_a_two_process_vllm_sweep_of_two_cells_keeps_its_process_group_through_b
     launch(["agon.run", "-m", *SWEEP_CELLS, "trainer.prompts_per_step=2", f"hydra.sweep.dir={sweep}"], tmp_path,
            timeout=1150)
     assert [s["train/processes"] for s in _cells(sweep)] == [2, 2]
+
+
+def _tree(pid: int) -> set[int]:
+    """``pid`` and every live process descended from it (zombies are dead: they hold no memory)."""
+    from pathlib import Path
+
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(stat.parent.name)] = int(fields[1])
+    tree = {pid} if pid in parents else set()
+    while True:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        if not more:
+            return tree
+        tree |= more
+
+
+def _gone(pids: set[int], seconds: float = 30.0) -> bool:
+    """Every one of ``pids`` ended within ``seconds`` (zombies count as ended)."""
+    import time
+    from pathlib import Path
+
+    def alive() -> set[int]:
+        out = set()
+        for p in pids:
+            try:
+                if Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    out.add(p)
+            except OSError:
+                pass
+        return out
+
+    deadline = time.monotonic() + seconds
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not alive()
+
+
+# vLLM's engine core in a process of its own, as on a GPU (the CPU setup keeps it in the worker)
+ENGINE_CORE_APART = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+HOLD_AN_ENGINE = """
+import sys, time
+from tests.conftest import TEST_WORLD, compose_config
+from agon.engines import build_engine
+from agon.models.loading import load_base
+from agon.models.policies import Policies
+cfg = compose_config(TEST_WORLD + ["generation.engine=vllm", "generation.vllm.start_timeout_s=300", "logger=none"])
+model, tokenizer = load_base(cfg.model, cfg.task, log=lambda *_: None, device="cpu")
+engine = build_engine(cfg, Policies(model, tokenizer, ["A", "B"], cfg.model.lora), log=lambda *_: None)
+print("worker", engine.backend.proc.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.vllm(seconds=600)
+def test_no_engine_process_outlives_a_killed_trainer_or_a_close_that_timed_out(agon_cache, tmp_path, bounded):
+    """With vLLM's engine core in a process of its own (the GPU's process tree): SIGKILL of the trainer leaves no
+    process of its worker's group within 30 s; nor does a close whose worker does not answer (stopped), after its
+    30 s wait."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    log = tmp_path / "trainer.log"
+    with open(log, "w") as out:
+        trainer = subprocess.Popen([sys.executable, "-c", HOLD_AN_ENGINE], cwd=root, stdout=out,
+                                   stderr=subprocess.STDOUT, env={**os.environ, **ENGINE_CORE_APART})
+    try:
+        deadline = time.monotonic() + 400
+        while "worker " not in log.read_text() and trainer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        line = next((x for x in log.read_text().splitlines() if x.startswith("worker ")), None)
+        assert line is not None, log.read_text()[-3000:]
+        engine_tree = _tree(int(line.split()[1]))
+        assert len(engine_tree) >= 2, engine_tree  # the premise: the worker and its engine core
+        trainer.kill()
+        trainer.wait()
+        assert _gone(engine_tree), [Path(f"/proc/{p}/cmdline").read_text() for p in _tree(min(engine_tree))]
+    finally:
+        trainer.kill()
+
+    cfg = compose_config(TEST_WORLD + VLLM + ["logger=none"])
+    from agon.models.loading import load_base
+
+    model, tokenizer = load_base(cfg.model, cfg.task, log=lambda *_: None, device="cpu")
+    previous = {k: os.environ.get(k) for k in ENGINE_CORE_APART}
+    os.environ.update(ENGINE_CORE_APART)
+    try:
+        engine = build_engine(cfg, Policies(model, tokenizer, ["A", "B"], cfg.model.lora), log=lambda *_: None)
+    finally:
+        for k, v in previous.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    worker = engine.backend.proc.pid
+    engine_tree = _tree(worker)
+    assert len(engine_tree) >= 2, engine_tree
+    os.kill(worker, signal.SIGSTOP)  # a worker that no longer answers
+    engine.close()
+    assert _gone(engine_tree, 5)

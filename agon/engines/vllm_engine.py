@@ -22,6 +22,7 @@ import functools
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -169,9 +170,12 @@ class _Worker:
         child_env = worker_env(os.environ, env, forced_env)
         self.log_path = log_path
         with open(log_path, "wb") as out:
-            self.proc = subprocess.Popen([python, str(WORKER), "--fd", str(theirs.fileno())],
-                                         pass_fds=[theirs.fileno()], stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=child_env)
+            # a session of its own: the worker kills its whole process group (vLLM's engine core with it) when
+            # this process dies, and close() can do the same when the worker does not answer
+            self.proc = subprocess.Popen([python, str(WORKER), "--fd", str(theirs.fileno()), "--parent",
+                                          str(os.getpid())], pass_fds=[theirs.fileno()], stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
+                                         start_new_session=True)
         theirs.close()
         self.conn = Connection(ours.detach())
         atexit.register(self.close)
@@ -223,6 +227,8 @@ class _Worker:
             return "(no log)"
 
     def close(self) -> None:
+        """Ask the worker to end; after 30 s, or once it has, kill what is left of its process group (an engine core
+        that outlived its worker would hold its share of the GPU and fail the next start's free-memory check)."""
         if self.conn.closed:
             return
         if self.proc.poll() is None:
@@ -230,8 +236,12 @@ class _Worker:
                 self.conn.send(("close", {}))
                 self.proc.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
         self.conn.close()
         atexit.unregister(self.close)
 

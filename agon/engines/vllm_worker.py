@@ -7,7 +7,8 @@ N is one end of a socket pair; requests and replies are pickled plain values (li
 two sides need not share a single package. A request may ask for progress: ``("progress", n)`` messages, one per
 finished request, come before its reply. ``stream`` is a conversation: ``("finished", [...])`` messages go out as
 requests finish, the caller's ``("add", [...])`` and ``("end", None)`` come in while the engine runs, and the reply
-comes once the caller has ended and everything has finished. The worker dies with its parent (``PR_SET_PDEATHSIG``).
+comes once the caller has ended and everything has finished. The worker and what it started die with the trainer
+(``_die_with_parent``).
 
 Left out on purpose: an HTTP server (TRL's ``trl vllm-serve``). A worker per trainer process keeps the weights
 where the trainer publishes them and needs no ports; tensor parallelism inside one worker is vLLM's own setting.
@@ -200,16 +201,38 @@ def _messages(conn: Any, block: bool) -> list[tuple[str, Any]]:
     return out
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
+    """End this worker and every process it started (vLLM's engine core, a process of its own on a GPU) when the
+    trainer ends, however it ends: the worker leads a process group of its own (the trainer starts it in a new
+    session), and kills that whole group on SIGTERM, which the kernel sends when the trainer dies
+    (``PR_SET_PDEATHSIG``), and when a thread that watches the parent sees it gone (a death before the signal was
+    set up, or a main thread busy in C code that would run the handler late)."""
+    import os
+    import signal
+    import threading
+
+    def end(*_: Any) -> None:
+        if os.getpgid(0) == os.getpid():  # only a group of our own: never the trainer's
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, end)
     try:
         import ctypes
-        import signal
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        end()
+
+    if parent > 0:  # started by agon's engine, which names itself
+        threading.Thread(target=watch, daemon=True, name="agon-parent-watch").start()
+
 
 if __name__ == "__main__":
-    _die_with_parent()
+    _die_with_parent(int(sys.argv[sys.argv.index("--parent") + 1]) if "--parent" in sys.argv else -1)
     serve(int(sys.argv[sys.argv.index("--fd") + 1]))
