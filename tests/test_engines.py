@@ -570,6 +570,8 @@ def test_a_five_step_agon_run_with_vllm_finishes_and_writes_its_summary(agon_cac
         "eval.n_problems=8", f"output_dir={run_dir}"])
     summary = run(cfg)
     assert summary["train/steps"] == 5
+    # vLLM's own log kept in the run (its KV cache's capacity: the first real measurement on a GPU)
+    assert "KV cache" in (run_dir / run_files.engine_log(0)).read_text(errors="replace")
     assert run_files.read_json(run_dir / run_files.SUMMARY)["train/steps"] == 5
     steps = [r for r in run_files.read_jsonl(run_dir / run_files.METRICS) if "role/drafter/loss" in r]
     assert [r["train/step"] for r in steps] == [1, 2, 3, 4, 5]

@@ -127,6 +127,10 @@ class Engine:
             raise EngineError(f"generation.engine={name} takes no external key/value states, so it cannot play "
                               f"exchange.mode=latent; sample with generation.engine=hf")
 
+    def keep_log(self, path: Any) -> None:
+        """Where a log of the engine's own (vLLM's worker: its KV capacity, its compile and graph times) is kept
+        when it closes; engines without one keep nothing."""
+
     def close(self) -> None:
         pass
 

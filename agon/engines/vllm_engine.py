@@ -309,6 +309,8 @@ class VLLMEngine(Engine):
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
         log(f"[engine] vLLM {placement} ready in {time.time() - t0:.0f}s (max_model_len {self.max_model_len})")
+        # where close() keeps the worker's log (keep_log); None: nowhere
+        self.log_copy: Path | None = None
         # adapter -> (revision published, vLLM's id for it, its directory)
         self.published: dict[str, tuple[int, int, Path]] = {}
         self._ids = 0
@@ -434,8 +436,15 @@ class VLLMEngine(Engine):
                           ignore_eos=sampling.ignore_eos, on_finished=answer)
         return done  # type: ignore[return-value]
 
+    def keep_log(self, path: Any) -> None:
+        self.log_copy = Path(path)
+
     def close(self) -> None:
         self.backend.close()
+        log = self.workdir / "worker.log"
+        if self.log_copy is not None and log.exists():  # appended: a resumed run's launches each add theirs
+            with open(log, "rb") as src, open(self.log_copy, "ab") as dst:
+                shutil.copyfileobj(src, dst)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

@@ -49,6 +49,11 @@ MARKERS = (SUMMARY, METRICS, METRICS + ".gz", CONFIG)
 SWEEP_MARKER = "multirun.yaml"
 
 
+def engine_log(rank: int) -> str:
+    """The log a rank's sampling engine keeps of itself (vLLM's worker), appended at each launch."""
+    return f"engine_rank{rank}.log"
+
+
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dicts as {"a.b.c": leaf}, the dotted keys of a config."""
     if not isinstance(tree, dict) or not tree:

@@ -109,6 +109,8 @@ class Trainer:
         self.sampling = Sampling.from_config(self.t)
         # what samples the rollouts and evaluations (generation.engine): closed by whoever ends the run
         self.engine = engine or build_engine(cfg, policies, ranks, log)
+        # vLLM's own log (its KV cache's capacity, compile and graph times): the first real measurement on a GPU
+        self.engine.keep_log(run_dir / run_files.engine_log(ranks.rank))
         self._last_checkpoint = time.time()
         self.watch = LearningWatch(self.t.warn_after_steps, self.t.warn_zero_std_ratio, self.t.warn_truncated_ratio,
                                    self.t.warn_importance_ratio, self.t.max_new_tokens, self.t.num_generations,
