@@ -21,7 +21,7 @@ CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["import
 FOLDERS = next(c for c in CONTRACTS if c["type"] == "layers" and "containers" not in c)
 INSIDE = [c for c in CONTRACTS if "containers" in c]
 # the modules agon keeps at its top: the entry points
-ENTRY_POINTS = {"__init__.py", "run.py", "eval.py", "bases.py"}
+ENTRY_POINTS = {"__init__.py", "run.py", "eval.py", "bases.py", "estimate.py"}
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
@@ -65,9 +65,10 @@ def test_agon_shows_its_layers_as_folders():
     layers = {part.strip().removeprefix("agon.") for layer in FOLDERS["layers"] for part in layer.split("|")}
     folders = {p.name for p in (ROOT / "agon").iterdir() if p.is_dir() and p.name != "__pycache__"}
     modules = {p.name for p in (ROOT / "agon").iterdir() if p.suffix == ".py"}
-    assert folders == {name for name in layers if "." not in name and name not in {"run", "eval", "bases"}}
+    entry = {"run", "eval", "bases", "estimate"}
+    assert folders == {name for name in layers if "." not in name and name not in entry}
     assert modules == ENTRY_POINTS
-    assert {f"{name}.py" for name in ("run", "eval", "bases")} <= modules
+    assert {f"{name}.py" for name in entry} <= modules
 
 
 def test_every_module_of_a_folder_with_an_order_is_in_it():

@@ -236,3 +236,26 @@ def test_a_run_killed_during_a_streamed_evaluation_plays_only_the_rounds_in_flig
     assert records(killed) == records(straight)
     assert records(two_stage) == records(straight)
     assert not (killed / run_files.EVAL_PARTS).exists()
+
+
+@pytest.mark.vllm(seconds=300)
+def test_seeded_requests_with_long_prompts_arriving_mid_stream_sample_on_vllms_cpu_build(agon_cache, bounded):
+    """Challenges of ~110-token prompts submitted while 256 drafts decode: more prompt tokens than one step
+    schedules. Split across steps, a seeded request's generator is rewound, which vLLM's CPU build cannot do ("CPU
+    Generator does not use offset"); the engine keeps prompts whole on CPU. Every completion reaches its budget."""
+    from agon.models.loading import load_base
+
+    cfg = compose_config(TEST_WORLD + VLLM + ["logger=none"])
+    model, tokenizer = load_base(cfg.model, cfg.task, log=lambda *_: None, device="cpu")
+    policies = Policies(model, tokenizer, ["A", "B"], cfg.model.lora)
+    task = build_task(cfg.task)
+    problems = list(task.heldout_problems())
+    prompts = [policies.render(task.user_message(problems[i % len(problems)]) + " 1" * 70) for i in range(512)]
+    engine = build_engine(cfg, policies, log=lambda *_: None)
+    sampling = Sampling(max_new_tokens=32, temperature=1.0, ignore_eos=True)
+    try:
+        out = engine.stream([Request(p, "A", seed=i) for i, p in enumerate(prompts[:256])], sampling,
+                            lambda done: [Request(prompts[256 + k], "B", seed=10_000 + k) for k, _ in done if k < 256])
+    finally:
+        engine.close()
+    assert len(out) == 512 and all(c.n_tokens == 32 for c in out)

@@ -55,6 +55,14 @@ ratios latent / visible of median step, generation and update seconds and of pea
 challenge reads per step (what latent adds: a prefix pass at sampling and at every scoring pass). Equal work: both
 sides write every completion to its budget, twice one role's tokens per step, else ``UNEQUAL WORK``.
 
+``streamed``: streamed rounds against two-stage rounds on vLLM (``agon/bench/streamed.py``): GRPO, Agon visible and
+Agon hidden steps and the cascade's evaluation on the test world, each budget drawn from its request's seed so that a
+tenth run to the cap (an untrained model's heavy tail), each side with its own trainer and vLLM worker, on the same
+rows. Reported: Agon visible / GRPO and Agon hidden / GRPO step, streamed and two-stage, the evaluation's
+two-stage / streamed seconds, each beside issue 49's target, and the critical path in tokens of every side (what
+bounds streaming on an engine whose decode step costs the same whatever it holds). Skipped with a note, as
+``engines``, when vLLM is installed nowhere and the part was not asked for by name.
+
 ``sandbox``: the sandbox's cost per program, a correct "hello world" run ``--sandbox-runs`` times (median) through
 ``LocalSandbox`` (bubblewrap, a uid, a cgroup and a seccomp filter per run) and through the same monitor with no
 isolation at all (``allow_unsafe``), taking turns.
@@ -72,9 +80,9 @@ the noise seen between runs), and one line per ratio says whether it moved beyon
 ``--write-baseline`` stores a run's ratios there.
 
 Left out on purpose: seconds as claims (they depend on the machine; a ratio measured in one run is the claim, the
-per-token target included); what the steps learn (rewards are computed, never compared); evaluation; prompt tokens,
-which differ a little between the agon and TRL sides (each draws its own problems from the task); the wall time of the
-first steps (model loading, warm-up), which the medians leave out.
+per-token target included); what the steps learn (rewards are computed, never compared); evaluation, except the
+``streamed`` part's; prompt tokens, which differ a little between the agon and TRL sides (each draws its own problems
+from the task); the wall time of the first steps (model loading, warm-up), which the medians leave out.
 """
 
 from __future__ import annotations
@@ -96,7 +104,7 @@ from typing import Any, Sequence
 
 import torch
 
-PARTS = ("agon-vs-grpo", "latent", "trl", "memory", "length-skew", "engines", "sandbox")
+PARTS = ("agon-vs-grpo", "latent", "trl", "memory", "length-skew", "engines", "streamed", "sandbox")
 # the issue's bar: an Agon step (both roles' rollouts and updates) costs at most this many GRPO steps (one role's)
 # an Agon step plays twice GRPO's completion tokens (drafts + challenges): per completion token it should cost no
 # more than a GRPO step does (per-token parity), whatever the prompts' lengths
@@ -115,6 +123,11 @@ RATIOS = {
     "length_skew_seconds": (("length_skew", "ratio_by_length_over_contiguous", "seconds"), True),
     "latent_over_visible_step": (("latent_vs_visible", "ratio_latent_over_visible", "step"), True),
     "sandbox_isolated_over_bare": (("sandbox", "isolated_over_bare"), True),
+    "streamed_visible_over_grpo_step": (("streamed", "ratios", "visible_over_grpo", "streamed"), True),
+    "two_stage_visible_over_grpo_step": (("streamed", "ratios", "visible_over_grpo", "two_stage"), True),
+    "streamed_hidden_over_grpo_step": (("streamed", "ratios", "hidden_over_grpo", "streamed"), True),
+    "two_stage_hidden_over_grpo_step": (("streamed", "ratios", "hidden_over_grpo", "two_stage"), True),
+    "streamed_eval_speedup": (("streamed", "ratios", "eval_two_stage_over_streamed"), False),
 }
 
 
@@ -126,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agon-vs-grpo-warmup", type=int, default=1,
                         help="leading steps left out of the medians (agon-vs-grpo)")
     parser.add_argument("overrides", nargs="*",
-                        help="Hydra overrides for both trainers of agon-vs-grpo, e.g. trainer.prompts_per_step=8")
+                        help="Hydra overrides for the trainers of agon-vs-grpo, latent, engines and streamed (after "
+                             "streamed's own sizes), e.g. trainer.prompts_per_step=8")
     parser.add_argument("--steps", type=int, default=5, help="timed steps of each side (trl)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed leading steps of each side (trl)")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per step (trl)")
@@ -144,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latent-steps", type=int, default=5, help="steps of each side (latent)")
     parser.add_argument("--latent-span", choices=("recap", "trace"), default="trace",
                         help="what of the draft the latent challenger reads (latent)")
+    parser.add_argument("--streamed-steps", type=int, default=6, help="steps of each of the six sides (streamed)")
+    parser.add_argument("--streamed-warmup", type=int, default=1,
+                        help="leading steps left out of the medians (streamed)")
+    parser.add_argument("--streamed-eval-rounds", type=int, default=3,
+                        help="timed evaluations of each side, after one warm-up each (streamed)")
+    parser.add_argument("--streamed-threads", type=int, default=1,
+                        help="threads of the trainers and of each vLLM worker, 0: as set (streamed; "
+                             "agon/bench/streamed.py says why one)")
     parser.add_argument("--out", type=Path, default=Path("bench.json"))
     parser.add_argument("--write-baseline", action="store_true",
                         help="store this run's ratios as the baseline (bench_baseline.json), keeping each noise")
@@ -194,6 +216,15 @@ def main(argv: list[str] | None = None) -> int:
         report["engines"] = both
         unequal += both.get("unequal_work", [])
         _print_engines(both)
+    if "streamed" in parts:
+        from agon.bench.streamed import print_report, streamed_vs_two_stage
+
+        streamed = streamed_vs_two_stage(args.streamed_steps, args.streamed_warmup, args.streamed_eval_rounds,
+                                         args.overrides, required=args.only is not None,
+                                         threads=args.streamed_threads)
+        report["streamed"] = streamed
+        unequal += streamed.get("unequal_work", [])
+        print_report(streamed)
     if "sandbox" in parts:
         report["sandbox"] = sandbox_overhead(args.sandbox_runs)
         _print_sandbox(report["sandbox"])

@@ -294,6 +294,11 @@ class VLLMEngine(Engine):
                       # prompts in and completions out are token ids: vLLM never needs the tokenizer
                       skip_tokenizer_init=True, external_launcher=placement == "inprocess" and ranks.world > 1,
                       **policies.family.vllm_engine_args)
+        if device.type == "cpu":
+            # no prompt split across steps: a split prompt's seeded generator is rewound, which vLLM's CPU build
+            # cannot do ("CPU Generator does not use offset"; CUDA generators can)
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(self.max_model_len, 8192)
         # vLLM's CPU build wants its engine in the calling process and no core pinning; on a GPU vLLM runs in its
         # supported mode (its engine core a process of its own), nothing forced
         env = {**CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": str(v.cpu_kv_cache_gib)} if device.type == "cpu" else {}
