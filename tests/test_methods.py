@@ -98,7 +98,7 @@ def test_no_module_but_the_registry_knows_a_method_by_name():
     allowed = [
         r"^agon/core/methods\.py:",
         r'^agon/core/config\.py:\d+:    name: str = "agon"',  # the schema's default of method.name: a config
-        r'^agon/bench/ratios\.py:\d+:STUDIED, BASELINE = "agon", "grpo"',  # the two sides the bench compares
+        r'^agon/bench/streamed\.py:\d+:STUDIED, BASELINE = "agon", "grpo"',  # the two sides the bench compares
         r"^agon/core/grpo\.py:\d+:@register_loss\(\"grpo\"\)",  # the loss type named after GRPO, not the method
         r'project: str = "agon"', r'default="agon"', r'\("agon"\)', r'project = "agon"',  # W&B's project name
         r'Path.home\(\) / ".cache" / "agon"',  # the model cache directory

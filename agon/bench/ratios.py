@@ -104,6 +104,9 @@ from typing import Any, Sequence
 
 import torch
 
+# the two sides of the method comparison: the method under study and its one-adapter baseline
+from agon.bench.streamed import BASELINE, STUDIED
+
 PARTS = ("agon-vs-grpo", "latent", "trl", "memory", "length-skew", "engines", "streamed", "sandbox")
 # the issue's bar: an Agon step (both roles' rollouts and updates) costs at most this many GRPO steps (one role's)
 # an Agon step plays twice GRPO's completion tokens (drafts + challenges): per completion token it should cost no
@@ -354,10 +357,6 @@ def _side(metrics: list[dict[str, Any]], rows: int, warmup: int) -> dict[str, An
         "draft_tokens": [round(m["role/drafter/completion_tokens"] * rows) for m in metrics],
         "challenge_tokens": [round(m.get("role/challenger/completion_tokens", 0.0) * rows) for m in metrics],
     }
-
-
-# the two sides of the method comparison: the method under study and its one-adapter baseline (agon/core/methods.py)
-STUDIED, BASELINE = "agon", "grpo"
 
 
 def agon_vs_grpo(steps: int = 7, warmup: int = 1, overrides: Sequence[str] = ()) -> dict[str, Any]:

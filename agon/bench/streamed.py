@@ -66,9 +66,11 @@ from agon.models.tokens import Completion
 
 # the share of requests that run to the cap; below it, lengths fall off geometrically
 CAP_SHARE = 0.1
-# each side's method (agon/core/methods.py) and exchange
-METHODS = {"grpo": ["method=grpo"], "visible": ["method=agon", "exchange=visible"],
-           "hidden": ["method=agon", "exchange=hidden"]}
+# the two methods the bench compares: the method under study and its one-adapter baseline (agon/core/methods.py)
+STUDIED, BASELINE = "agon", "grpo"
+# each side's method and exchange
+METHODS = {BASELINE: [f"method={BASELINE}"], "visible": [f"method={STUDIED}", "exchange=visible"],
+           "hidden": [f"method={STUDIED}", "exchange=hidden"]}
 MODES = ("streamed", "two_stage")
 # issue 49's bars: Agon step / GRPO step at most these, streamed; the evaluation at least this much faster streamed
 TARGETS = {"visible_over_grpo": 1.5, "hidden_over_grpo": 1.3, "eval_two_stage_over_streamed": 1.4}
@@ -294,12 +296,12 @@ def streamed_vs_two_stage(steps: int = 6, warmup: int = 1, eval_rounds: int = 3,
         raise ValueError(f"--streamed-warmup ({warmup}) must be below --streamed-steps ({steps})")
     cfgs = _configs(overrides)
     try:
-        placement = vllm_placement(cfgs["grpo"])
+        placement = vllm_placement(cfgs[BASELINE])
     except EngineError as exc:
         if required:
             raise
         return {"skipped": str(exc)}
-    t, e = cfgs["grpo"].trainer, cfgs["visible"].eval
+    t, e = cfgs[BASELINE].trainer, cfgs["visible"].eval
     sides = [(method, mode) for method in METHODS for mode in MODES]
     metrics: dict[tuple[str, str], list[dict[str, Any]]] = {side: [] for side in sides}
     step_calls: dict[tuple[str, str], list[list[list[Row]]]] = {side: [] for side in sides}
@@ -357,7 +359,7 @@ def streamed_vs_two_stage(steps: int = 6, warmup: int = 1, eval_rounds: int = 3,
         same_rows[method] = [_canonical(x) == _canonical(y) for x, y in zip(step_calls[(method, "streamed")],
                                                                            step_calls[(method, "two_stage")])]
     for method in ("visible", "hidden"):  # an Agon step's drafts are the GRPO step's budgets
-        for k, (agon, grpo) in enumerate(zip(step_calls[(method, "streamed")], step_calls[("grpo", "streamed")])):
+        for k, (agon, grpo) in enumerate(zip(step_calls[(method, "streamed")], step_calls[(BASELINE, "streamed")])):
             ours = sorted(r.budget for call in agon for r in call if r.seed in {g.seed for c in grpo for g in c})
             theirs = sorted(r.budget for c in grpo for r in c)
             if ours != theirs:
