@@ -5,12 +5,14 @@ Nothing here touches the network. Two model sizes, both Qwen3-architecture and b
   ``TEST_WORLD``  the test world every training test uses: warm-started just far enough that about half of its
                   sampled answers are right and every draft carries a recap, so rewards vary within groups,
                   updates move the adapters, and a wrong wiring changes numbers a test can see.
-The test world is built once per test session (about 20 s on two free cores) into a session cache.
+The test world is built once per test session (about 20 s on two free cores) into a session cache. ``bounded``
+fails a ``vllm``-marked test that runs past its marker's ``seconds``.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import subprocess
 import random
@@ -161,3 +163,19 @@ def policies(tiny_base):
 
     cfg, (model, tokenizer) = tiny_base
     return Policies(copy.deepcopy(model), tokenizer, ["A", "B"], cfg.model.lora)
+
+
+@pytest.fixture
+def bounded(request):
+    """Fail a ``vllm``-marked test that runs longer than its marker's ``seconds`` (default 240): a vLLM call can
+    hang where a worker wedges."""
+    seconds = request.node.get_closest_marker("vllm").kwargs.get("seconds", 240)
+
+    def expire(*_):
+        raise TimeoutError(f"{request.node.name} ran past {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)

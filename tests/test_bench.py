@@ -10,7 +10,6 @@ fake engine; the part itself runs on vLLM at a tiny size (marker ``vllm``: ``mak
 from __future__ import annotations
 
 import json
-import signal
 
 import pytest
 
@@ -75,15 +74,18 @@ def test_unequal_work_names_each_short_step():
     assert bench.unequal_work("TRL", [64, 50, 64], 64) == ["TRL wrote 50 completion tokens at step 2, expected 64"]
 
 
-def test_the_engines_part_is_skipped_with_the_reason_where_vllm_is_nowhere_unless_asked_for(tmp_path, monkeypatch):
+@pytest.mark.parametrize("part", ["engines", "streamed"])
+def test_a_vllm_part_is_skipped_with_the_reason_where_vllm_is_nowhere_unless_asked_for(part, tmp_path, monkeypatch):
     from agon.bench.ratios import engines_side_by_side
+    from agon.bench.streamed import streamed_vs_two_stage
     from agon.engines import EngineError
 
+    measure = {"engines": engines_side_by_side, "streamed": streamed_vs_two_stage}[part]
     monkeypatch.delenv("AGON_VLLM_PYTHON", raising=False)
     missing = [f"generation.vllm.python={tmp_path / 'none' / 'python'}", "generation.vllm.placement=worker"]
-    assert "make vllm-install" in engines_side_by_side(overrides=missing, required=False)["skipped"]
+    assert "make vllm-install" in measure(overrides=missing, required=False)["skipped"]
     with pytest.raises(EngineError, match="generation.engine=vllm"):
-        engines_side_by_side(overrides=missing, required=True)
+        measure(overrides=missing, required=True)
 
 
 def test_length_skew_scores_the_same_rows_both_ways_and_computes_fewer_tokens_by_length(tmp_path, capsys):
@@ -153,21 +155,6 @@ def test_a_ratio_beyond_its_noise_is_said_to_have_moved_and_one_within_it_is_not
 
 
 # -- streamed: streamed rounds against two-stage rounds on vLLM ------------------------------------------------------
-
-
-@pytest.fixture
-def bounded(request):
-    """Fail a test that runs longer than its marker's ``seconds`` (vLLM calls can hang where a worker wedges)."""
-    seconds = request.node.get_closest_marker("vllm").kwargs.get("seconds", 240)
-
-    def expire(*_):
-        raise TimeoutError(f"{request.node.name} ran past {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def test_length_budgets_put_a_tenth_at_the_cap_fall_off_geometrically_below_it_and_follow_the_seed():
@@ -268,17 +255,6 @@ def test_two_stages_play_a_wave_of_both_adapters_one_adapter_at_a_time():
     engine.streaming = True
     engine.stream(wave, Sampling(max_new_tokens=32, temperature=1.0))
     assert [r.seed for r in inner.calls[-1][1]] == [1, 2, 3, 4]  # streamed: one call of both
-
-
-def test_the_streamed_part_is_skipped_with_the_reason_where_vllm_is_nowhere_unless_asked_for(tmp_path, monkeypatch):
-    from agon.bench.streamed import streamed_vs_two_stage
-    from agon.engines import EngineError
-
-    monkeypatch.delenv("AGON_VLLM_PYTHON", raising=False)
-    missing = [f"generation.vllm.python={tmp_path / 'none' / 'python'}", "generation.vllm.placement=worker"]
-    assert "make vllm-install" in streamed_vs_two_stage(overrides=missing, required=False)["skipped"]
-    with pytest.raises(EngineError, match="generation.engine=vllm"):
-        streamed_vs_two_stage(overrides=missing, required=True)
 
 
 @pytest.mark.vllm(seconds=420)

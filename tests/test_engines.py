@@ -33,21 +33,6 @@ VLLM = ["generation.engine=vllm", "generation.vllm.start_timeout_s=300"]
 TEMPERATURES = [1.0, 0.6]
 
 
-@pytest.fixture
-def bounded(request):
-    """Fail a test that runs longer than its marker's ``seconds`` (vLLM calls can hang where a worker wedges)."""
-    seconds = request.node.get_closest_marker("vllm").kwargs.get("seconds", 240)
-
-    def expire(*_):
-        raise TimeoutError(f"{request.node.name} ran past {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
-
-
 def _prompts(cfg, policies: Policies, n: int) -> list[str]:
     task = build_task(cfg.task)
     return [policies.render(task.user_message(p)) for p in list(task.heldout_problems())[:n]]

@@ -252,21 +252,6 @@ def test_a_config_mistake_fails_before_any_model_loads_and_names_the_key(capsys,
     assert cells(["a=1,2", "b=x", "c=[3,4]"]) == [["a=1", "b=x", "c=[3,4]"], ["a=2", "b=x", "c=[3,4]"]]
 
 
-@pytest.fixture
-def bounded(request):
-    """Fail a test that runs longer than its marker's ``seconds`` (a vLLM worker can wedge)."""
-    import signal
-
-    seconds = request.node.get_closest_marker("vllm").kwargs.get("seconds", 240)
-
-    def expire(*_):
-        raise TimeoutError(f"{request.node.name} ran past {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def _lengths(made: list[list[int]], budget: int) -> Lengths:

@@ -24,7 +24,7 @@ from agon.models.policies import Policies
 from agon.records import run_files
 from agon.tasks import build_task
 from tests.conftest import TEST_WORLD, compose_config
-from tests.test_engines import VLLM, bounded  # noqa: F401  (the fixture)
+from tests.test_engines import VLLM
 from tests.test_resume import Launch, records
 
 SAMPLING = Sampling(max_new_tokens=16, temperature=1.0)

@@ -105,7 +105,7 @@ from typing import Any, Sequence
 import torch
 
 # the two sides of the method comparison: the method under study and its one-adapter baseline
-from agon.bench.streamed import BASELINE, STUDIED
+from agon.bench.streamed import BASELINE, STUDIED, run_trainer
 
 PARTS = ("agon-vs-grpo", "latent", "trl", "memory", "length-skew", "engines", "streamed", "sandbox")
 # the issue's bar: an Agon step (both roles' rollouts and updates) costs at most this many GRPO steps (one role's)
@@ -326,18 +326,8 @@ def _median(xs: Sequence[float], warmup: int) -> float:
 
 
 def _run_trainer(cfg, run_dir: Path, stack: contextlib.ExitStack):
-    """A trainer built by ``agon.run.build_trainer``, as a run builds it (checked config, seeded, a recorder with the
-    configured logger), sampling every completion to its budget. The task and recorder are closed by ``stack``."""
-    from agon.training.checks import validate
-    from agon.records.recorder import Recorder, build_logger
-    from agon.run import build_trainer
-
-    validate(cfg)
-    torch.manual_seed(cfg.seed)
-    recorder = Recorder(run_dir, build_logger(cfg, run_dir))
-    stack.callback(recorder.close)
-    trainer = build_trainer(cfg, run_dir, recorder, log=lambda *_: None)
-    stack.callback(trainer.task.close)
+    """``streamed.run_trainer``'s trainer (built as a run builds it), sampling every completion to its budget."""
+    trainer = run_trainer(cfg, run_dir, stack)
     trainer.sampling = _budgeted(trainer.sampling)
     return trainer
 

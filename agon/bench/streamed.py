@@ -236,9 +236,10 @@ def _configs(overrides: Sequence[str]) -> dict[str, Any]:
     return {method: compose_config([*common, *extra]) for method, extra in METHODS.items()}
 
 
-def _trainer(cfg: Any, run_dir: Path, stack: contextlib.ExitStack) -> Any:
-    """A trainer built by ``agon.run.build_trainer``, as a run builds it (checked config, seeded, a recorder), its
-    engine a ``BudgetedEngine``; the engine, task and recorder closed by ``stack``."""
+def run_trainer(cfg: Any, run_dir: Path, stack: contextlib.ExitStack) -> Any:
+    """A trainer built by ``agon.run.build_trainer``, as a run builds it (checked config, seeded, a recorder with the
+    configured logger); its engine, task and recorder closed by ``stack``. Every part of ``make bench`` that times
+    trainers builds them here."""
     from agon.records.recorder import Recorder, build_logger
     from agon.run import build_trainer
     from agon.training.checks import validate
@@ -250,6 +251,12 @@ def _trainer(cfg: Any, run_dir: Path, stack: contextlib.ExitStack) -> Any:
     trainer = build_trainer(cfg, run_dir, recorder, log=lambda *_: None)
     stack.callback(trainer.task.close)
     stack.callback(trainer.engine.close)
+    return trainer
+
+
+def _trainer(cfg: Any, run_dir: Path, stack: contextlib.ExitStack) -> Any:
+    """``run_trainer``'s trainer, its engine a ``BudgetedEngine``."""
+    trainer = run_trainer(cfg, run_dir, stack)
     trainer.engine = BudgetedEngine(trainer.engine)
     return trainer
 

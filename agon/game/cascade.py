@@ -185,9 +185,7 @@ class RoundJournal:
             while True:
                 try:
                     order, row, rnd = pickle.load(f)
-                except EOFError:
-                    break
-                except Exception:  # a record a kill cut short: everything before it stands
+                except Exception:  # the end, or a record a kill cut short: everything before it stands
                     break
                 out[(order, row)] = rnd
                 whole = f.tell()

@@ -156,6 +156,7 @@ def play_rounds(policies: Policies, task: Task, model_cfg: Any, matches: Sequenc
     # per request index: (match, row, stage), in the order the stream indexes them
     index: list[tuple[int, int, str]] = []
     drafts: dict[tuple[int, int], Attempt] = {}
+    recaps: dict[tuple[int, int], str] = {}
     challenges: dict[tuple[int, int], Attempt] = {}
     challenge_prompts: dict[tuple[int, int], str] = {}
     rounds: list[list[Round | None]] = [[None] * len(m.problems) for m in matches]
@@ -172,8 +173,7 @@ def play_rounds(policies: Policies, task: Task, model_cfg: Any, matches: Sequenc
         return Request(prompt, matches[m].challenger, challenge_seed(m, i))  # type: ignore[arg-type]
 
     def complete(m: int, i: int) -> None:
-        d = drafts[(m, i)]
-        rnd = Round(matches[m].problems[i], d, task.recap(d.completion.text), challenges.get((m, i)))
+        rnd = Round(matches[m].problems[i], drafts[(m, i)], recaps[(m, i)], challenges.get((m, i)))
         rounds[m][i] = rnd
         if on_round is not None:
             on_round(m, i, rnd)
@@ -185,10 +185,10 @@ def play_rounds(policies: Policies, task: Task, model_cfg: Any, matches: Sequenc
         for (k, c), (m, i, stage), v in zip(finished, which, verdicts):
             if stage == "draft":
                 drafts[(m, i)] = Attempt(plain[m][i], c, v)
+                recaps[(m, i)] = recap = task.recap(c.text)
                 if matches[m].challenger is False or (m, i) in challenges:
                     complete(m, i)
                 elif exchange == "visible":
-                    recap = task.recap(c.text)
                     message = task.challenge_message(matches[m].problems[i], recap)
                     follow.append(request(m, i, "challenge", render(policies, task, model_cfg, message)))
             else:
