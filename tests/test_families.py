@@ -20,7 +20,6 @@ from agon.families import FAMILIES, Family, get_family, known_families
 from agon.bench.model_shape import ensure_model
 from agon.models.policies import Policies
 from agon.tasks import Problem, build_task
-from tests.test_engines import bounded  # noqa: F401  (the vLLM test's time limit)
 
 # family -> (published shape, text-config overrides keeping every layer type of the family at tiny widths)
 TINY = {
