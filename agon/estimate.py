@@ -96,6 +96,17 @@ def _probed(cfg: Any) -> tuple[model.Costs, float, float]:
         task.close()
 
 
+def _memory(cfg: Any, device: str) -> str:
+    """What the run's start-up check (``preflight.check_memory``) says of the update's memory on ``device``."""
+    from agon.training.preflight import check_memory
+
+    name, gpu = model.gpu_of(device)
+    try:
+        return check_memory(cfg, gpu.memory_gib, f"an {name}") or "no published shape: not estimated"
+    except ConfigError as exc:
+        return f"refused at the start: {exc}"
+
+
 def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
@@ -173,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 costs, prompt, challenge = probed[key]
             text, two, streamed = report(" ".join(overrides) or "(defaults)", cfg, costs, prompt, challenge,
                                          args.early_fraction, args.late_fraction)
+            if data is not None:  # the card is known: whether the update fits it beside vLLM's share
+                text += "\n  memory: " + _memory(cfg, args.device or model.check_reports(data)[0]["device"])
             print(text + "\n")
             total[0] += two * args.seeds
             total[1] += streamed * args.seeds

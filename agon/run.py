@@ -5,6 +5,8 @@ directory (what it holds: ``agon.records.run_files``); the recorder is closed in
 multirun still finishes its W&B run and the next cell starts clean. A user error (``USER_ERRORS``: a config value, a
 model that cannot load, an engine that cannot start) ends a single run with its message on one line, ``error:
 <message>``, and exit code 1; ``HYDRA_FULL_ERROR=1`` shows its traceback, and a sweep reports it as Hydra does.
+SIGTERM (a preemption, ``scancel``) stops it cleanly: a submitit job is requeued, any other exits with code 143, and
+the same command resumes it (``agon.core.preemption``).
 
 Several processes: ``accelerate launch --multi_gpu --num_processes N -m agon.run [overrides]`` (``make run-ddp``).
 Every rank composes the same config; rank 0's launch time names the output directory of all of them, and rank 0
@@ -36,6 +38,7 @@ from agon.core.distributed import Ranks, launched_world_size
 from agon.engines import EngineError
 from agon.models.loading import ModelLoadError
 from agon.core.rewards import describe_reward, reward_summary
+from agon.core import preemption
 
 LOG = logging.getLogger("agon")
 
@@ -141,15 +144,17 @@ def build_trainer(cfg: DictConfig, run_dir: Path, recorder: Any, ranks: Ranks = 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate one configuration; returns the summary written to ``summary.json``."""
+    from agon.training.cores import start_threads
     from agon.training.estimate import estimate
     from agon.core.methods import get_method
-    from agon.training.preflight import check_engine, check_sources
+    from agon.training.preflight import check_engine, check_memory, check_sources
     from agon.records.recorder import Recorder, build_logger
     from agon.training.trainer import pause_point
 
     cfg = typed(cfg)  # the task's settings through its kind's schema (plugins imported first)
     validate(cfg)
     check_engine(cfg)  # before the hub probe: it reads only what is installed here
+    check_memory(cfg)  # on a GPU: the first update must fit beside vLLM's share
     check_sources(cfg, log=say)
     if not cfg.progress:  # no bar at all, the libraries' own (loading weights) included
         import huggingface_hub.utils
@@ -167,6 +172,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             f"again)")
         return done
     ranks = Ranks.from_env(cfg.model.device, cfg.trainer.ddp_timeout)
+    start_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # the cores this process may use, not all it sees
     # what the cell starts with, before anything loads: a sweep's next cell must find what the first did
     memory_at_start, children_at_start = memory_in_use(ranks.device)
     run_dir = Path(ranks.share(str(out_dir)))
@@ -228,7 +234,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             "experiment": cfg.experiment, "seed": cfg.seed, "overrides": _overrides(),
             # the code as this launch started, and every kept launch's (a run resumed on other code shows it)
             "git_commit": code["git_commit"], "git_dirty": code["git_dirty"], "launches": trainer.state.launches,
-            "versions": _versions(), "config": to_plain(cfg),
+            # the trainer's environment; the engine's own (vLLM in .venv-vllm: its version, torch, build, device)
+            "versions": _versions(), "engine": trainer.engine.describe(), "config": to_plain(cfg),
         }
         recorder.write_summary(summary)
         trainer.discard_eval_parts()
@@ -237,6 +244,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             _report(summary)
         exit_code = 0
         return summary
+    except preemption.Preempted:  # W&B keeps the run as preempting, not failed
+        exit_code = preemption.EXIT_CODE
+        raise
     finally:
         recorder.close(exit_code)
         if trainer is not None:
@@ -378,7 +388,11 @@ register_configs()
 def hydra_main(cfg: DictConfig) -> float | None:
     OmegaConf.set_readonly(cfg, True)
     try:
-        return run(cfg)["eval/accuracy"]
+        with preemption.stop_on_sigterm():
+            return run(cfg)["eval/accuracy"]
+    except preemption.Preempted:
+        preemption.requeue()  # a submitit job is requeued here and exits
+        raise
     except USER_ERRORS as exc:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
@@ -408,6 +422,9 @@ def main() -> None:
     except _Reported as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
+    except preemption.Preempted as exc:
+        print(f"[agon] {exc}; the same command resumes it", file=sys.stderr, flush=True)
+        sys.exit(preemption.EXIT_CODE)
     # after every cell of a sweep, which all share the one group (a failed run leaves by sys.exit, skipping this)
     ranks.close()
 

@@ -270,6 +270,9 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "trainer.generation_batch_tokens": (_BUDGETS,),
     "trainer.solo_row_tokens": (_KNOBS,),
     "trainer.logit_chunk_tokens": (_KNOBS,),
+    "trainer.check_memory": (
+        "tests/test_memory.py::test_a_setting_whose_update_does_not_fit_is_refused_with_the_numbers_and_the_settings_"
+        "that_do",),
     "trainer.max_new_tokens": (_BUDGETS, f"{HEALTH}::test_a_run_whose_completions_are_all_cut_says_so"),
     "trainer.loss_type": (_CLIP,),
     "trainer.scale_rewards": (_ADVANTAGES,),

@@ -748,7 +748,7 @@ from agon.models.policies import Policies
 cfg = compose_config(TEST_WORLD + ["generation.engine=vllm", "generation.vllm.start_timeout_s=300", "logger=none"])
 model, tokenizer = load_base(cfg.model, cfg.task, log=lambda *_: None, device="cpu")
 engine = build_engine(cfg, Policies(model, tokenizer, ["A", "B"], cfg.model.lora), log=lambda *_: None)
-print("worker", engine.backend.proc.pid, flush=True)
+print("worker", engine.backend.proc.pid, engine.backend.log_path, flush=True)
 time.sleep(3600)
 """
 
@@ -776,6 +776,11 @@ def test_no_engine_process_outlives_a_killed_trainer_or_a_close_that_timed_out(a
         assert line is not None, log.read_text()[-3000:]
         engine_tree = _tree(int(line.split()[1]))
         assert len(engine_tree) >= 2, engine_tree  # the premise: the worker and its engine core
+        # SLURM's preemption signals every process of the job: the worker leaves that SIGTERM to its living trainer
+        os.kill(int(line.split()[1]), signal.SIGTERM)
+        time.sleep(2)
+        assert _tree(int(line.split()[1])) == engine_tree
+        assert "SIGTERM while the trainer lives: left to the trainer" in Path(line.split()[2]).read_text()
         trainer.kill()
         trainer.wait()
         assert _gone(engine_tree), [Path(f"/proc/{p}/cmdline").read_text() for p in _tree(min(engine_tree))]

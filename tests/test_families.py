@@ -307,6 +307,17 @@ def test_an_engine_that_cannot_serve_the_family_fails_before_loading_naming_the_
     assert engine_name(cfg) == ("hf" if option.startswith("qwen3_5") else engine_name(cfg))
 
 
+def test_vllm_is_refused_for_qwen3_5_before_loading_saying_why():
+    """Qwen3.5 through vLLM 0.32 fails at the config check with what was measured (``Qwen3_5.engine_notes``): the
+    adapters' keys match no layer of the multimodal checkpoint, and the CPU build imports no Qwen3.5 without
+    torchvision and runs its Gated DeltaNet layers in bfloat16 only."""
+    with pytest.raises(ConfigError, match=r"^generation.engine=vllm does not serve model.family=qwen3_5 \(Qwen3.5\) "
+                                          r"with a LoRA on each adapter \(vLLM 0.32 applies none of the adapters .*"
+                                          r"model.language_model.*No module named 'torchvision'.*torchvision::nms.*"
+                                          r"'CPU GDN attention requires BF16.'\)\); choose one of \['hf'\]$"):
+        validate(compose_config(["model=qwen3_5_0.8b", "generation.engine=vllm"]))
+
+
 def test_an_unknown_family_names_the_key():
     with pytest.raises(ConfigError, match=r"model.family='mistral' is not valid; choose one of \['gemma4'"):
         validate(compose_config(["model.family=mistral"]))
@@ -355,3 +366,24 @@ def test_vllm_serves_gemma4_with_each_adapter_as_the_trainer_scores_it(agon_cach
             assert float((wrong - theirs).abs()[mask].max()) > 1e-2, adapter
     finally:
         engine.close()
+
+
+@pytest.mark.vllm(seconds=120)
+@pytest.mark.usefixtures("bounded")
+def test_vllm_cpu_build_cannot_import_qwen3_5_as_its_refusal_says():
+    """The measured cause behind refusing Qwen3.5 on vLLM's CPU build, on the installed worker environment: vLLM's
+    Qwen3.5 module does not import without torchvision (via transformers' Qwen2-VL image processor). A failure here
+    means the cause is gone: try serving Qwen3.5 again and revise ``Qwen3_5.engine_notes``."""
+    import subprocess
+
+    from agon.engines.vllm_engine import vllm_build, worker_python
+
+    python = worker_python(compose_config([]).generation.vllm)
+    if vllm_build(python) != "cpu":
+        pytest.skip(f"the worker's vLLM at {python} is not the CPU build, whose environment has no torchvision")
+    out = subprocess.run([python, "-c", "import vllm.model_executor.models.qwen3_5"], capture_output=True, text=True,
+                         timeout=100)
+    assert out.returncode != 0
+    assert "ModuleNotFoundError: No module named 'torchvision'" in out.stderr
+    assert "transformers/models/qwen2_vl/image_processing_qwen2_vl.py" in out.stderr
+    assert "No module named 'torchvision'" in get_family("qwen3_5").engine_notes["vllm"]

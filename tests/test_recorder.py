@@ -11,11 +11,11 @@ from agon.records.recorder import Recorder
 
 
 def _evaluation(rec: Recorder, step: int, phase: str) -> None:
-    """What ``Trainer.evaluate`` writes: eval rows, one metrics row with eval/accuracy, sample rows."""
+    """What ``Trainer.evaluate`` writes: eval rows, sample rows, then one metrics row with eval/accuracy."""
     rec.log_eval_rows([{"step": step, "phase": phase, "order": "A>B", "stage": s, "correct": True}
                        for s in ("draft", "final")])
-    rec.log_metrics({"eval/accuracy": 0.5}, step)
     rec.log_rollouts([{"phase": phase, "draft": "x"}], step)
+    rec.log_metrics({"eval/accuracy": 0.5}, step)
 
 
 def _step(rec: Recorder, step: int) -> None:
@@ -58,7 +58,7 @@ def test_resuming_from_the_last_step_forgets_only_the_final_evaluation_which_run
     _finished_run(tmp_path)
     before = _records(tmp_path)
     rec = Recorder(tmp_path)
-    rec.resume_from(4, final_redone=True)
+    rec.resume_from(4, redone="final")
     after = _records(tmp_path)
     assert after["metrics"] == before["metrics"] - Counter({(4, "eval"): 1})
     assert after["eval"] == before["eval"] - Counter({(4, "final"): 2})
@@ -66,6 +66,28 @@ def test_resuming_from_the_last_step_forgets_only_the_final_evaluation_which_run
     _evaluation(rec, 4, "final")  # the final evaluation again: each record once, as in the uninterrupted run
     rec.close()
     assert _records(tmp_path) == before
+
+
+def test_an_interim_evaluation_cut_short_is_not_evaluated_and_its_records_are_forgotten_for_the_redo(tmp_path):
+    """Killed after the interim evaluation at step 2 wrote its eval and sample rows and before its metrics row:
+    resumed from checkpoint 2, it is not done (``evaluated``), its rows go and nothing of step 2's training does; the
+    evaluation again leaves each record once."""
+    _finished_run(tmp_path)
+    whole = _records(tmp_path)
+    Recorder(tmp_path).resume_from(2)
+    rec = Recorder(tmp_path)
+    assert rec.evaluated(2) and not rec.evaluated(1)
+    rec.resume_from(1)
+    _step(rec, 2)
+    rec.log_eval_rows([{"step": 2, "phase": "train", "order": "A>B", "stage": "draft", "correct": True}])
+    rec.log_rollouts([{"phase": "train", "draft": "x"}], 2)
+    assert not rec.evaluated(2)
+    rec.resume_from(2, redone="train")
+    assert _records(tmp_path)["samples"] == Counter({(0, "start"): 1, (1, "train"): 1, (2, "train"): 1})
+    _evaluation(rec, 2, "train")
+    rec.close()
+    assert _records(tmp_path) == {name: Counter({k: n for k, n in c.items() if k[0] <= 2})
+                                  for name, c in whole.items()}
 
 
 def test_a_run_extended_past_its_last_step_keeps_that_steps_final_evaluation(tmp_path):

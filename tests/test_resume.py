@@ -38,8 +38,8 @@ ROOT = Path(__file__).parents[1]
 FAST = TEST_WORLD + ["logger=none", "progress=false", "trainer.prompts_per_step=2", "trainer.num_generations=2",
                      "trainer.max_new_tokens=24", "eval.n_problems=2", "eval.samples=2",
                      "trainer.checkpoint_minutes=0"]
-# every kind of record: an evaluation at the start, an interim one at step 3, checkpoints at steps 2 and 4, the final
-# evaluation at step 4
+# every kind of record: an evaluation at the start, checkpoints at steps 2 and 4, an interim evaluation at step 3
+# after its own checkpoint, the final evaluation at step 4
 EDGES = FAST + ["eval.at_start=true", "eval.every=3", "trainer.max_steps=4", "trainer.checkpoint_every=2"]
 # deadlines for a run to reach a point or to finish: far beyond what a launch takes (10 s, or minutes when the cores
 # are busy with other work), met or missed only when something is broken
@@ -175,7 +175,7 @@ def straight(agon_cache, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("straight") / "run"
     Launch(EDGES + [f"hydra.run.dir={run_dir}"], agon_cache, run_dir.parent / "out.log").finish()
     assert steps(run_dir) == [1, 2, 3, 4]
-    assert checkpoints(run_dir) == ["latest", "step_2", "step_4"]
+    assert checkpoints(run_dir) == ["latest", "step_3", "step_4"]  # keep_checkpoints=2
     assert_consistent(run_dir, 4)
     assert_launches(run_dir, 1)
     return run_dir
@@ -192,11 +192,18 @@ class Edge:
 EDGE_CASES = [
     # the evaluation at the start and step 1 logged, step 2 half: no checkpoint, so everything is done again
     Edge("before-the-first-checkpoint", "step:2", None, lambda d: steps(d) == [1, 2] and latest(d) is None),
-    # checkpoint 2; step 3, the interim evaluation at 3 and half of step 4 after it: all of that again
-    Edge("mid-step", "step:4", "step_2", lambda d: steps(d) == [1, 2, 3, 4] and latest(d) == "step_2"),
-    # step 4's checkpoint written as far as its adapters: the partial one removed, step 2's used
-    Edge("during-a-checkpoint-write", "checkpoint:4", "step_2",
-         lambda d: latest(d) == "step_2" and ".tmp-step_4" in checkpoints(d)
+    # checkpoint 2; step 3 half: step 3 again
+    Edge("mid-step", "step:3", "step_2", lambda d: steps(d) == [1, 2, 3] and latest(d) == "step_2"),
+    # checkpoint 3, then its interim evaluation's rows written and not its metrics row: the evaluation again, from
+    # checkpoint 3, and not step 3
+    Edge("during-an-interim-evaluation", "eval:3", "step_3",
+         lambda d: steps(d) == [1, 2, 3] and latest(d) == "step_3" and "train" in phases(d)),
+    # the interim evaluation at 3 ended, half of step 4 after it: step 4 again, not the evaluation
+    Edge("after-an-interim-evaluation", "step:4", "step_3",
+         lambda d: steps(d) == [1, 2, 3, 4] and latest(d) == "step_3"),
+    # step 4's checkpoint written as far as its adapters: the partial one removed, step 3's used
+    Edge("during-a-checkpoint-write", "checkpoint:4", "step_3",
+         lambda d: latest(d) == "step_3" and ".tmp-step_4" in checkpoints(d)
          and not (d / run_files.CHECKPOINTS / ".tmp-step_4" / "state.pt").exists()),
     # the final evaluation's rows written and not its metrics row: it runs again, from checkpoint 4
     Edge("during-the-final-evaluation", "eval:4", "step_4",
@@ -251,7 +258,7 @@ def test_trainer_resume_never_starts_afresh_leaving_no_summary_or_checkpoint_of_
     assert checkpoints(run_dir) == checkpoints(straight)
 
 
-# three chunks of one problem in every evaluation: at the start, an interim one at step 2 (before step 2's
+# three chunks of one problem in every evaluation: at the start, an interim one at step 2 (after step 2's
 # checkpoint), the final one at step 3
 CHUNKED = FAST + ["eval.at_start=true", "eval.every=2", "trainer.max_steps=3", "trainer.checkpoint_every=2",
                   "eval.n_problems=3", "eval.chunk_problems=1"]
@@ -289,10 +296,10 @@ def test_a_run_killed_during_an_evaluation_plays_only_the_chunks_not_done_and_en
     played = 3 - kept
     assert (f"[eval] {label}: {played} of 3 chunks played in {played * CALLS_PER_CHUNK} engine calls, {kept} kept "
             f"from an interrupted run") in out, out[-3000:]
-    # the interim evaluation at step 2 comes before step 2's checkpoint: killed there, the run starts over and finds
-    # the start evaluation's parts too (kept until a checkpoint follows them), sampling none of it again
+    # the interim evaluation at step 2 follows step 2's checkpoint: killed there, the run resumes at step 2 and
+    # neither trains a step nor evaluates the start again
     if label == "eval step 2":
-        assert "[eval] eval start: 0 of 3 chunks played in 0 engine calls, 3 kept" in out, out[-3000:]
+        assert "resumed from step_2" in out and "eval start" not in out, out[-3000:]
     assert records(run_dir) == records(straight_chunked)
     assert summary(run_dir) == summary(straight_chunked)
     assert adapter_bytes(run_dir) == adapter_bytes(straight_chunked)

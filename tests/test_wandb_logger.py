@@ -301,3 +301,21 @@ def test_a_reevaluation_is_a_run_of_the_group_with_its_numbers(tmp_path):
     assert offline.summary["eval/accuracy"] == 0.5 and offline.summary["recap/B/none"] == 0.125
     assert "config" not in offline.summary and "eval/divergence" not in offline.summary
     assert "reeval/crossplay/_type" in offline.keys  # a table (W&B flattens its reference)
+
+
+def test_a_run_stopped_by_sigterm_is_finished_as_preempting_with_exit_code_143(tmp_path):
+    """``agon.core.preemption``: the recorder closed with its exit code marks the W&B run preempting (W&B shows it so,
+    and the requeued launch resumes it under the same id) before finishing it with 143; a failed run is not marked."""
+    from agon.core.preemption import EXIT_CODE
+    from tests.wandb_records import OfflineRun
+
+    cfg = _cfg("logger=wandb")
+    stopped, failed = _cell_dir(tmp_path, "0_reward=competitive"), _cell_dir(tmp_path, "1_reward=cooperative")
+    for run_dir, code in ((stopped, EXIT_CODE), (failed, 1)):
+        recorder = Recorder(run_dir, build_logger(cfg, run_dir))
+        recorder.log_metrics({"train/accuracy": 0.5}, step=1)
+        recorder.close(exit_code=code)
+    for run_dir, code, preempting in ((stopped, 143, 1), (failed, 1, 0)):
+        run = OfflineRun(run_dir)
+        assert [r.exit.exit_code for r in run.records if r.HasField("exit")] == [code]
+        assert sum(r.HasField("preempting") for r in run.records) == preempting

@@ -422,11 +422,29 @@ NAMED = [
     Mutant("final_eval_logged_twice_on_resume", "agon/training/trainer.py",
            "a run killed during (or after) its final evaluation resumes from its last step's checkpoint without for"
            "getting that evaluation's records, then runs it again: its eval rows, metrics row and samples twice",
-           "final_redone=self.state.step >= self.t.max_steps)",
-           "final_redone=False)",
+           'redone = "final" if self.state.step >= self.t.max_steps else',
+           'redone = None if self.state.step >= self.t.max_steps else',
            tests=[
                  "tests/test_resume.py::test_a_run_killed_at_each_edge_and_launched_again_ends_with_the_records_of_"
                  "an_uninterrupted_run_each_once[during-the-final-evaluation]",
+           ]),
+    Mutant("interim_eval_logged_twice_on_resume", "agon/training/trainer.py",
+           "a run stopped during an interim evaluation resumes from the checkpoint before it and runs it again "
+           "without forgetting the rows it had written: its eval rows and samples twice",
+           'else "train" if self._interim_pending else None',
+           "else None",
+           tests=[
+                 "tests/test_resume.py::test_a_run_killed_at_each_edge_and_launched_again_ends_with_the_records_of_"
+                 "an_uninterrupted_run_each_once[during-an-interim-evaluation]",
+           ]),
+    Mutant("interim_eval_before_its_checkpoint", "agon/training/trainer.py",
+           "an interim evaluation runs before its step is checkpointed: stopped during it, a run resumes from an "
+           "earlier checkpoint, trains the steps again and, under vLLM, replays every round of the evaluation",
+           "if evaluating or self._checkpoint_due():",
+           "if self._checkpoint_due():",
+           tests=[
+                 "tests/test_resume.py::test_a_run_killed_at_each_edge_and_launched_again_ends_with_the_records_of_"
+                 "an_uninterrupted_run_each_once[during-an-interim-evaluation]",
            ]),
     Mutant("summary_counts_lost_on_resume", "agon/training/trainer.py",
            "resume restores the step and the data position but not the run's counters: summary.json's generated tok"

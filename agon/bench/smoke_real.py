@@ -34,25 +34,10 @@ import torch
 
 from agon.bench.model_shape import layers_help
 from agon.models.loading import cpu_has_fast_bf16
+from agon.training.memory import adapter_share
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DATA = ROOT / "tests" / "tasks" / "fixtures" / "deepmath.jsonl"
-
-
-def adapter_share(config: Any, rank: int) -> tuple[int, int, int]:
-    """(parameters of one all-linear LoRA adapter at ``rank``, base parameters, linear layers left without a LoRA
-    besides the output head) of the language model of ``config`` (a multimodal checkpoint's text part: what agon
-    loads and trains), counted on the meta device."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config.get_text_config())
-    base = sum(p.numel() for p in model.parameters())
-    linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules()) - 1  # the head is never adapted
-    peft = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear"))
-    adapted = sum(hasattr(m, "lora_A") for m in peft.modules())
-    return sum(p.numel() for n, p in peft.named_parameters() if "lora_" in n), base, linear - adapted
 
 
 def _tree_rss(proc: psutil.Process) -> int:
@@ -136,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = json.loads((run_dir / "summary.json").read_text())
     shares, config = {}, AutoConfig.from_pretrained(model_dir)
     for rank in (8, 16):
-        lora, base, uncovered = adapter_share(config, rank)
+        base, lora, uncovered = adapter_share(config, rank)
         shares[rank] = 2 * lora / base
     text = config.get_text_config()
     report = {

@@ -292,6 +292,8 @@ class TrainerConfig:
     solo_row_tokens: int = 8192
     # tokens whose logits (vocabulary wide, float32) are held at once when scoring
     logit_chunk_tokens: int = 512
+    # refuse, before anything loads, a run on a GPU whose update's estimated peak does not fit beside vLLM's share
+    check_memory: bool = True
     max_new_tokens: int = 72
     temperature: float = II("model.temperature")
     top_p: float = II("model.top_p")

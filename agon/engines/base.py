@@ -127,6 +127,11 @@ class Engine:
             raise EngineError(f"generation.engine={name} takes no external key/value states, so it cannot play "
                               f"exchange.mode=latent; sample with generation.engine=hf")
 
+    def describe(self) -> dict[str, Any]:
+        """What samples the run, for its ``summary.json``: the engine's name, and for an engine in another process
+        the versions and platform that process runs (not those of the trainer's environment)."""
+        return {"name": next((k for k, v in ENGINES.items() if v is type(self)), type(self).__name__)}
+
     def keep_log(self, path: Any) -> None:
         """Where a log of the engine's own (vLLM's worker: its KV capacity, its compile and graph times) is kept
         when it closes; engines without one keep nothing."""

