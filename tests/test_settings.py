@@ -469,16 +469,18 @@ def test_codecontests_limits_are_the_ones_each_program_runs_under():
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_codecontests_workers_grade_that_many_programs_at_once(workers):
-    """Every run waits at a barrier for a second run: two workers pass it together and grade both programs right;
-    one worker never has a second run beside it, so the barrier breaks and both are graded as errors."""
+    """Every run waits at a barrier for a second run: two workers pass it together and grade both programs (two
+    problems: one problem's programs are graded one after another, issue 51), each wrong at its first test; one
+    worker never has a second run beside it, so the barrier breaks and both are graded as errors."""
     barrier = threading.Barrier(2, timeout=60 if workers == 2 else 1)
     task = _codecontests(f"workers={workers}", "max_generated_tests=0", sandbox=_Tap(barrier))
     try:
-        ab = next(p for p in task.train_problems() if p.meta["name"] == "1_A. Sum of Two")
-        verdicts = task.verify([ab, ab], [_program(SUM), _program(SUM)])
-        assert [v.correct for v in verdicts] == [workers == 2] * 2
+        ab, even = (next(p for p in task.train_problems() if p.meta["name"] == name)
+                    for name in ("1_A. Sum of Two", "EVENODD"))
+        verdicts = task.verify([ab, even], [_program("print(-1)"), _program("print(-1)")])
+        assert [v.status for v in verdicts] == ["wrong" if workers == 2 else "error"] * 2, verdicts
         if workers == 1:
-            assert all(v.status == "error" and "BrokenBarrierError" in v.detail for v in verdicts)
+            assert all("BrokenBarrierError" in v.detail for v in verdicts)
     finally:
         task.close()
 

@@ -192,9 +192,10 @@ class CodeContestsTaskConfig(TaskConfig):
     max_generated_tests: int = 20
     time_limit_s: float = 4.0
     memory_mb: int = 512
+    # stdout's cap at the least (a test's is the larger of this and 4x its expected output)
     max_output_bytes: int = 1_048_576
-    # a float answer passes within |actual - expected| <= float_tolerance * max(1, |expected|) where the statement
-    # states no tolerance of its own; integers and words must match exactly
+    # where the statement states no tolerance: a non-integer answer passes within |actual - expected| <=
+    # float_tolerance (absolute); integers and words must match exactly. A stated one is graded as testlib's rcmp
     float_tolerance: float = 1e-6
     workers: int = 2
     # the "easy" filter: cf_rating in (0, max_cf_rating] or difficulty in easy_difficulties (1 EASY, 7 A)

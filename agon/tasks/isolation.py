@@ -56,7 +56,7 @@ ALLOWED = {
     "alarm": (37, None), "setitimer": (38, 103), "getpid": (39, 172), "sendfile": (40, 71), "connect": (42, 203),
     "accept": (43, 202), "sendto": (44, 206), "recvfrom": (45, 207), "sendmsg": (46, 211), "recvmsg": (47, 212),
     "shutdown": (48, 210), "bind": (49, 200), "listen": (50, 201), "getsockname": (51, 204),
-    "getpeername": (52, 205), "setsockopt": (54, 208), "getsockopt": (55, 209), "fork": (57, None),
+    "getpeername": (52, 205), "getsockopt": (55, 209), "fork": (57, None),
     "vfork": (58, None), "execve": (59, 221), "exit": (60, 93), "wait4": (61, 260), "kill": (62, 129),
     "uname": (63, 160), "semget": (64, 190), "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192),
     "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187), 
@@ -102,9 +102,9 @@ ALLOWED = {
     "pipe2": (293, 59), "preadv": (295, 69), "pwritev": (296, 70), "rt_tgsigqueueinfo": (297, 240),
     "recvmmsg": (299, 243), "prlimit64": (302, 261), "sendmmsg": (307, 269),
     "getcpu": (309, 168), "sched_setattr": (314, 274), "sched_getattr": (315, 275), "renameat2": (316, 276),
-    "seccomp": (317, 277), "getrandom": (318, 278), "execveat": (322, 281), "membarrier": (324, 283),
-    "mlock2": (325, 284), "copy_file_range": (326, 285), 
-    "statx": (332, 291), "rseq": (334, 293), "pidfd_send_signal": (424, 424), "pidfd_open": (434, 434),
+    "getrandom": (318, 278), "execveat": (322, 281), "membarrier": (324, 283),
+    "mlock2": (325, 284), "copy_file_range": (326, 285),
+    "statx": (332, 291), "rseq": (334, 293), "pidfd_send_signal": (424, 424),
     "close_range": (436, 436), "openat2": (437, 437), "faccessat2": (439, 439), "epoll_pwait2": (441, 441),
 }
 # answered with success and not done. Flushes reach the host's file systems and disk cache from any descriptor (a
@@ -120,9 +120,16 @@ RWF_NOWAIT, EOPNOTSUPP = 0x8, 95
 # allowed when one argument passes a check: (name, numbers, argument index, check); see _argument_rule
 SOCKET_CALLS = {"socket": (41, 198), "socketpair": (53, 199)}
 AF_UNIX, EAFNOSUPPORT = 1, 97
-# the low 32 bits of the flags: CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+# the low 32 bits of the flags: CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET, and
+# CLONE_PIDFD: a pidfd's inode number is pidfs's, one sequence for every process the host starts (a neighbour's
+# forks move it, so a copier read a solver's answer off it)
 CLONE = (56, 220)
-CLONE_NAMESPACES = 0x7E020000
+CLONE_REFUSED = 0x7E020000 | 0x1000
+# setsockopt's options that attach a BPF program to a socket (SO_ATTACH_FILTER, SO_ATTACH_BPF,
+# SO_ATTACH_REUSEPORT_CBPF and _EBPF at SOL_SOCKET): each is compiled into the host's one pool of BPF JIT memory,
+# which no cgroup charges and from which the sandbox's own seccomp filter comes
+SETSOCKOPT = (54, 208)
+SOL_SOCKET, SOCKET_FILTER_OPTIONS = 1, (26, 50, 51, 52)
 # huge pages come from a host-wide pool that no cgroup of the run charges
 HUGETLB_FLAGS = {"mmap": ((9, 222), 3, 0x40000), "shmget": ((29, 194), 2, 0x800), "memfd_create": ((319, 279), 1, 0x4)}
 # fcntl's lock, lease and directory-notify commands: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK,
@@ -136,7 +143,9 @@ CLONE3 = (435, 435)
 # refused with EPERM, so that a program (and a reader of its stderr) sees a refusal rather than a missing call:
 # namespaces and mounts, other processes' memory, the kernel keyring, eBPF, io_uring and the legacy AIO ring (a
 # host-wide pool of events), inotify and fanotify (they tell when a neighbour opens a shared file), flock (a channel
-# through the shared files), kernel modules, kexec, swap, reboot and accounting
+# through the shared files), kernel modules, kexec, swap, reboot and accounting; seccomp() (a filter stacked per
+# call, in BPF JIT memory no cgroup charges: prctl(PR_SET_SECCOMP) is refused by the monitor's own filter), and
+# pidfd_open and pidfd_getfd (pidfs's global sequence of inode numbers, see CLONE)
 DENIED = {
     "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41),
     "chroot": (161, 51), "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
@@ -150,6 +159,7 @@ DENIED = {
     "io_getevents": (208, 4), "io_submit": (209, 2), "io_cancel": (210, 3), "io_pgetevents": (333, 292),
     "inotify_init": (253, None), "inotify_init1": (294, 26), "inotify_add_watch": (254, 27),
     "inotify_rm_watch": (255, 28), "fanotify_init": (300, 262), "fanotify_mark": (301, 263), "flock": (73, 32),
+    "seccomp": (317, 277), "pidfd_open": (434, 434), "pidfd_getfd": (438, 438),
 }
 MACHINES = ("x86_64", "aarch64")
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
@@ -185,7 +195,12 @@ def seccomp_filter(machine: str | None = None) -> bytes:
     for numbers in SOCKET_CALLS.values():  # UNIX sockets only: no loopback TCP/UDP, no vsock, no netlink
         block(numbers[k], [(_LD_ABS, 0, 0, _arg(0)), (_JEQ, 0, 1, AF_UNIX), allow,
                            (_RET, 0, 0, _RET_ERRNO | EAFNOSUPPORT)])
-    block(CLONE[k], [(_LD_ABS, 0, 0, _arg(0)), (_JSET, 0, 1, CLONE_NAMESPACES), eperm, allow])
+    block(CLONE[k], [(_LD_ABS, 0, 0, _arg(0)), (_JSET, 0, 1, CLONE_REFUSED), eperm, allow])
+    skip = 2 * len(SOCKET_FILTER_OPTIONS) + 1  # another level: past the options' checks, to allow
+    setsockopt_body: list[tuple] = [(_LD_ABS, 0, 0, _arg(1)), (_JEQ, 0, skip, SOL_SOCKET), (_LD_ABS, 0, 0, _arg(2))]
+    for option in SOCKET_FILTER_OPTIONS:
+        setsockopt_body += [(_JEQ, 0, 1, option), eperm]
+    block(SETSOCKOPT[k], setsockopt_body + [allow])
     for numbers, index, flag in HUGETLB_FLAGS.values():
         block(numbers[k], [(_LD_ABS, 0, 0, _arg(index)), (_JSET, 0, 1, flag), eperm, allow])
     fcntl_body: list[tuple] = [(_LD_ABS, 0, 0, _arg(1))]
@@ -412,6 +427,24 @@ class UidSlots:
                 f"the sandbox's uid pool [{base}, {base + size}) overlaps other users of these uids on this host: "
                 f"{'; '.join(clash[:5])}. Free them or give the sandbox another pool (LocalSandbox(uid_base=...))")
         lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def hold(self, uid: int) -> Iterator[bool]:
+        """Whether uid ``uid``'s lock was free; held, when it was, until the block ends (no run of any trainer
+        takes the uid meanwhile)."""
+        fd = os.open(self.lock_dir / f"uid-{uid}", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def claim(self, timeout_s: float = 60.0) -> Iterator[int]:

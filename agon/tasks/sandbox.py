@@ -12,22 +12,30 @@ the same ``run``. ``LocalSandbox`` runs each program under **bubblewrap** (``bwr
   counters (``PROC_HIDDEN``); a ``/dev`` of ``null``, ``zero``, ``full``, ``random`` and ``urandom`` (no ptmx: ptys
   are a host-wide pool); and three fresh size-capped tmpfs: ``/work`` (its working directory), ``/tmp`` and
   ``/dev/shm``. No other host file is there: no datasets, no test files, no sockets, no other run's directory. Its
-  program files are owned by root and read-only.
+  program files, its stdin (``STDIN_PATH``, made fd 0 by the monitor: a regular file, as a judge gives it) and its
+  account (``/etc/passwd``, ``/etc/group``) are copies bubblewrap writes from memfds, root's and read-only.
+- **a judge's environment where isolation allows it**: the program is the ``__main__`` module (pickle and
+  multiprocessing find its functions), ``/dev/stdout`` and ``/dev/stderr`` open (the pipes are the run's uid's),
+  a constant ``/proc/loadavg``, the time-zone database, a stack at the memory limit with no ceiling, and CPU time
+  judged by the exact clock of the run's cgroup (RLIMIT_CPU is a backstop above it). What cannot match a judge is
+  named in the verdict (``UNLIKE_A_JUDGE``).
 - **a user of its own**: every concurrent run takes a uid of its own (``isolation.UidSlots``: a file lock per
   uid at one fixed path for the whole host, so that runs of trainers with different ``TMPDIR`` do not share one
   either), with no supplementary groups, no capabilities and ``no_new_privs``. Another run's processes are not
   visible and not ptrace-able.
 - **a seccomp allow-list** (``isolation.seccomp_filter``): a call not on it answers ENOSYS. Sockets are UNIX
   sockets only (no loopback TCP/UDP, whose buffers no v1 cgroup charges; no vsock); huge pages, file locks,
-  leases and dnotify, the legacy AIO pool, inotify/fanotify, new namespaces, mounts, ``ptrace``, ``bpf`` and
-  ``io_uring`` are refused (EPERM). Another architecture than x86_64 or aarch64 is killed.
+  leases and dnotify, the legacy AIO pool, inotify/fanotify, new namespaces, mounts, ``ptrace``, ``bpf``,
+  ``io_uring``, pidfds (pidfs's global inode sequence) and seccomp or socket filters (BPF JIT memory no cgroup
+  charges) are refused (EPERM). Another architecture than x86_64 or aarch64 is killed.
 - **every process limit set** by the monitor (all 16 of the kernel's, none inherited from the trainer), and a new,
   empty session keyring instead of the trainer's, after which the monitor's own filter refuses ``keyctl``.
 - **a budget per run** (``isolation.Cgroups``): memory (resident plus tmpfs), process count, CPU time and an equal
   CPU share counted for all of the run's processes together, in a cgroup of its own (cgroup v1 with ``memory``,
   ``pids``, ``cpu``/``cpuacct``, or cgroup v2). Where no cgroup can be made, the sandbox says so once and keeps the
   per-process limits.
-- **a wall-clock deadline**, and output read incrementally and capped per stream.
+- **a wall-clock deadline**, and output read incrementally: stdout capped (past it the run ends), stderr's head and
+  tail kept and the rest dropped.
 
 **Verdicts a program cannot forge.** Inside the sandbox a small monitor (``_BOOTSTRAP``) sets the limits, tells the
 sandbox over a private pipe that setup succeeded, and forks the program, which closes the pipe before its first
@@ -57,6 +65,7 @@ a network allow-list (a run has no network at all), and a disk quota beyond the 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import errno
@@ -101,6 +110,8 @@ ISOLATION_UNSAFE = "unsafe"
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 ENV_ALLOWLIST = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+# and inside the sandbox, what a judge's account has
+RUN_ENV = {"HOME": "/work", "USER": "judge", "LOGNAME": "judge"}
 # the memory the interpreter itself takes, on top of what the request grants the program
 INTERPRETER_MB = 48
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`) and run as root with "
@@ -115,16 +126,20 @@ class RunRequest:
     stdin: str = ""
     # only "python" runs locally
     language: str = "python"
-    # CPU seconds of the whole run (every process together, where a cgroup counts them) and of each process
-    # (RLIMIT_CPU, rounded up to whole seconds); the program is ended when it uses more
+    # CPU seconds of the whole run, by the exact clock of its cgroup (every process together, the sandbox's own
+    # start allowed: CPU_ALLOWANCE_S); each process also has RLIMIT_CPU, a backstop above it (CPU_BACKSTOP), which
+    # is the limit where no cgroup can be made. The program is ended when it uses more
     time_limit_s: float = 4.0
     # wall-clock deadline; None means 2 * time_limit_s + 1 (room for a loaded machine and interpreter start-up)
     wall_time_s: float | None = None
     # memory of the whole run (resident memory plus its tmpfs files, every process together; a cgroup), and the
     # address space of each of its processes (RLIMIT_AS)
     memory_mb: int = 512
-    # per stream; the program is killed when it writes more
+    # stdout; the program is ended when it writes more (output_limit)
     max_output_bytes: int = 1 << 20
+    # stderr kept (its first bytes and its last STDERR_TAIL); more is read and dropped, never a failure: debug lines
+    # on stderr are no error on a judge
+    max_stderr_bytes: int = 1 << 20
     # largest file the program may write (RLIMIT_FSIZE), and the size of each of its tmpfs (/work, /tmp, /dev/shm)
     max_file_mb: int = 64
     # processes and threads the run may have at once, all of its processes together
@@ -152,6 +167,8 @@ class RunResult:
     detail: str = ""
     # False when stdout held bytes that are not UTF-8 (``stdout`` shows each as U+FFFD): no expected text can match it
     stdout_is_utf8: bool = True
+    # the run's exact CPU seconds (its cgroup's count: the program's, and the sandbox's own start); None without one
+    cpu_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -176,7 +193,8 @@ class Sandbox(Protocol):
 _BOOTSTRAP = r"""
 import os, resource, sys
 prog, chan = sys.argv[1], int(sys.argv[2])
-cpu, mem, fsize, nproc, nofile, sigpending, keyctl, lock_keys = (int(v) for v in sys.argv[3:11])
+cpu, mem, fsize, nproc, nofile, sigpending, keyctl, lock_keys, prctl_nr = (int(v) for v in sys.argv[3:12])
+stdin_path = sys.argv[12]
 try:
     # every limit the kernel has, set here: none passes through from the trainer
     limits = {
@@ -185,7 +203,9 @@ try:
         resource.RLIMIT_AS: (mem, mem),
         resource.RLIMIT_DATA: (mem, mem),
         resource.RLIMIT_RSS: (mem, mem),
-        resource.RLIMIT_STACK: (min(8 << 20, mem), mem),
+        # a judge's stack: the memory limit, and no ceiling, so that the common template line that raises it to
+        # unlimited works (the run's memory and address space still bound it)
+        resource.RLIMIT_STACK: (mem, resource.RLIM_INFINITY),
         resource.RLIMIT_FSIZE: (fsize, fsize),
         resource.RLIMIT_NPROC: (nproc, nproc),
         resource.RLIMIT_NOFILE: (nofile, nofile),
@@ -216,9 +236,11 @@ try:
     # a new, empty session keyring (KEYCTL_JOIN_SESSION_KEYRING, no name) instead of the trainer's
     if libc.syscall(keyctl, 1, None) < 0 and ctypes.get_errno() != 38:
         raise OSError(ctypes.get_errno(), "keyctl(KEYCTL_JOIN_SESSION_KEYRING): " + os.strerror(ctypes.get_errno()))
-    if lock_keys:  # a filter stacked on bubblewrap's: keyctl refused (EPERM) from here on, the program included
+    if lock_keys:  # a filter stacked on bubblewrap's: keyctl and prctl(PR_SET_SECCOMP) refused (EPERM) from here
+        # on, the program included (each filter it stacked would take BPF JIT memory that no cgroup charges)
         import struct
-        ins = [(0x20, 0, 0, 0), (0x15, 0, 1, keyctl), (0x06, 0, 0, 0x50001), (0x06, 0, 0, 0x7FFF0000)]
+        ins = [(0x20, 0, 0, 0), (0x15, 0, 1, keyctl), (0x06, 0, 0, 0x50001), (0x15, 0, 3, prctl_nr),
+               (0x20, 0, 0, 16), (0x15, 0, 1, 22), (0x06, 0, 0, 0x50001), (0x06, 0, 0, 0x7FFF0000)]
         code = ctypes.create_string_buffer(b"".join(struct.pack("<HBBI", *i) for i in ins))
         class _Prog(ctypes.Structure):
             _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
@@ -240,11 +262,20 @@ if pid:
     os.write(chan, b"status %d\n" % status)
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 os.close(chan)
-del pid, chan, libc, limits, unset, lock_keys
+# stdin a regular, read-only file, as a judge gives it: sized by fstat, mapped, read twice
+_fd = os.open(stdin_path, os.O_RDONLY)
+os.dup2(_fd, 0)
+os.close(_fd)
+del pid, chan, libc, limits, unset, lock_keys, _fd
 sys.argv = [prog]
 with open(prog, "rb") as _f:
     _code = compile(_f.read(), prog, "exec")
-exec(_code, {"__name__": "__main__", "__file__": prog, "__builtins__": __builtins__})
+# the program is the __main__ module, so pickle (and multiprocessing) find its functions and classes there
+import types
+_main = types.ModuleType("__main__")
+_main.__file__, _main.__builtins__ = prog, __builtins__
+sys.modules["__main__"] = _main
+exec(_code, _main.__dict__)
 """
 # /proc entries that show a host-wide count a program can move or read another run's moves in (threads and forks
 # in loadavg and stat, file handles, inodes and ptys in sys/, keys per uid, locks, page and memory counters, cgroups
@@ -264,10 +295,28 @@ def _proc_hidden() -> tuple[str, ...]:
     return tuple(f"/proc/{name}" for name in PROC_HIDDEN if os.path.lexists(f"/proc/{name}"))
 
 
+# the last bytes of stderr kept past its cap: a traceback after pages of debug lines
+STDERR_TAIL = 4096
+# the run's stdin where it runs without isolation (in its working directory, next to main.py)
+STDIN_FILE = ".stdin"
+# the CPU time the run's cgroup counts besides the program's (bubblewrap, setpriv, the monitor's interpreter start:
+# about 0.03-0.06 s here), allowed over the budget so that a program inside its budget never fails
+CPU_ALLOWANCE_S = 0.1
 # pending signals of the run's uid (RLIMIT_SIGPENDING counts per user)
 SIGPENDING = 1024
-# keyctl's number, by architecture
+# keyctl's and prctl's numbers, by architecture
 KEYCTL_NR = {"x86_64": 250, "aarch64": 219}
+PRCTL_NR = {"x86_64": 157, "aarch64": 167}
+# where a run's stdin is, a read-only file of the run's own (the monitor makes it fd 0)
+STDIN_PATH = "/run/agon/stdin"
+# /proc/loadavg as a run sees it: constant (the host's moves with every neighbour), but there: os.getloadavg() works
+LOADAVG = b"0.00 0.00 0.00 1/1 1\n"
+# the run's user as the C library and Python see it (getpass, pwd, expanduser): one account, its uid the run's
+RUN_USER = "judge"
+# the per-process CPU limit (RLIMIT_CPU) where the run's cgroup counts its exact CPU time: the kernel checks it
+# against tick-sampled time, which ran 3-35% ahead of the exact time here, so it is a backstop well above the
+# budget and the cgroup's exact total decides
+CPU_BACKSTOP = 1.5
 SETUP_FAILED = 121
 
 
@@ -301,6 +350,8 @@ RUNTIME_EMPTY = ".agon-empty"
 # the installer and the build's static library (config-3.X-*/libpython3.X.a, 25 MB that nothing reads at run time)
 STDLIB_LEFT_OUT = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
                    "dist-packages")
+# the time-zone database's variants that count leap seconds (right/), which no judged program reads
+ZONEINFO_LEFT_OUT = ("right",)
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MNT_DETACH = 1, 2, 4, 32, 2
 
 
@@ -336,9 +387,9 @@ def runtime_of(python: str, setpriv: str) -> Runtime:
     """The runtime a run needs, found once per process: the interpreter and ``setpriv`` (with the symlinks on the
     way to them), the interpreter's standard library (less ``STDLIB_LEFT_OUT`` and the optimized ``.pyc``), from
     the directories of the shared libraries it maps with every extension module imported only those libraries
-    (plus ``setpriv``'s, and ``libgcc_s``, which the C library opens to end a thread), ``/usr/lib/locale``, and the
-    host's top-level ``/lib*`` and ``/bin`` symlinks. Not ``/usr/local``, other programs, site-packages, headers or
-    ``/usr/share``."""
+    (plus ``setpriv``'s, and ``libgcc_s``, which the C library opens to end a thread), ``/usr/lib/locale``, the
+    time-zone database (``/usr/share/zoneinfo``: ``zoneinfo``), and the host's top-level ``/lib*`` and ``/bin``
+    symlinks. Not ``/usr/local``, other programs, site-packages, headers or the rest of ``/usr/share``."""
     key = (python, setpriv)
     if key in _RUNTIMES:
         return _RUNTIMES[key]
@@ -355,7 +406,8 @@ def runtime_of(python: str, setpriv: str) -> Runtime:
         gcc = os.path.join(d, "libgcc_s.so.1")
         if os.path.exists(gcc):
             libs.add(os.path.realpath(gcc))
-    whole = {d for d in ("/usr/lib/locale", "/usr/lib64") if os.path.isdir(d) and not os.path.islink(d)}
+    whole = {d for d in ("/usr/lib/locale", "/usr/lib64", "/usr/share/zoneinfo")
+             if os.path.isdir(d) and not os.path.islink(d)}
     tops: list[str] = []
     entries: dict[str, tuple[str, str]] = {}
 
@@ -387,7 +439,8 @@ def runtime_of(python: str, setpriv: str) -> Runtime:
             continue  # comes with the standard library's directory
         for dirpath, dirnames, filenames in os.walk(d):
             rel_top = os.path.relpath(dirpath, d).split(os.sep)[0]
-            if d in stdlib and (rel_top in STDLIB_LEFT_OUT or rel_top.startswith("config-")):
+            if d in stdlib and (rel_top in STDLIB_LEFT_OUT or rel_top.startswith("config-")) or \
+                    d in whole and rel_top in ZONEINFO_LEFT_OUT:
                 dirnames[:] = []
                 continue
             if d in stdlib or d in whole:
@@ -415,11 +468,11 @@ def runtime_of(python: str, setpriv: str) -> Runtime:
         if top not in tops:
             tops.append(top)
     ordered = tuple((path, *entries[path]) for path in sorted(entries))
-    digest, size = hashlib.sha256(f"layout 1 {RUNTIME_EMPTY}\n".encode()), 0
+    digest, size = hashlib.sha256(f"layout 2 {RUNTIME_EMPTY}\n".encode()), 0
     for path, kind, target in ordered:
         st = os.lstat(path) if kind != "dir" else None
         if kind == "file":
-            size += st.st_size
+            size += -(-st.st_size // 4096) * 4096  # a tmpfs file takes whole pages
         digest.update(f"{path}\0{kind}\0{target}\0{st.st_size if st else 0}\0{st.st_mtime_ns if st else 0}\n"
                       .encode("utf-8", "surrogateescape"))
     _RUNTIMES[key] = Runtime(ordered, tuple(tops), digest.hexdigest(), size)
@@ -488,6 +541,34 @@ def slot_runtime(runtime: Runtime, uid: int, base: str = RUNTIME_DIR) -> str:
             _mount_call(root.encode(), _MNT_DETACH)
         raise
     return root
+
+
+def release_runtime(uid: int, base: str = RUNTIME_DIR) -> bool:
+    """Unmount uid ``uid``'s copy of the runtime (called with the uid's lock held); whether one was mounted."""
+    root = os.path.join(base, f"uid-{uid}")
+    found = False
+    for _ in range(8):  # copies stacked by a trainer that died while making one
+        if not os.path.ismount(root):
+            break
+        _mount_call(root.encode(), _MNT_DETACH)
+        found = True
+    with contextlib.suppress(OSError):
+        os.rmdir(root)
+    return found
+
+
+def sweep_runtimes(slots: UidSlots, uids: set[int] | range, base: str = RUNTIME_DIR) -> int:
+    """Unmount the copies of ``uids`` that no run holds (their locks free): a trainer's own when it exits, and any
+    a killed trainer left when the next one starts (48 MiB each, otherwise mounted until the host reboots). A copy
+    another trainer holds for its next run is made again at that run. How many were unmounted."""
+    swept = 0
+    for uid in sorted(uids):
+        if not os.path.ismount(os.path.join(base, f"uid-{uid}")):
+            continue
+        with slots.hold(uid) as free:
+            if free:
+                swept += release_runtime(uid, base)
+    return swept
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -571,8 +652,12 @@ class LocalSandbox:
         if os.geteuid() == 0:  # without root there is no uid to switch to, and the probe says so
             try:
                 self.slots = UidSlots(uid_base, uid_slots, runs_in_cgroups=self.cgroups is not None)
+                sweep_runtimes(self.slots, range(uid_base, uid_base + uid_slots))  # a killed trainer's copies
             except (SandboxUnavailable, OSError) as exc:
                 problem = f"no uid pool for the runs: {exc}"
+        # the uids whose runtime copy this sandbox used: unmounted at close (and at exit), unless a run holds one
+        self._copies: set[int] = set()
+        atexit.register(self.close)
         problem = problem or self._probe()
         if problem is None:
             self._isolation = ISOLATION_BWRAP
@@ -588,6 +673,13 @@ class LocalSandbox:
     @property
     def isolation(self) -> str:
         return self._isolation
+
+    def close(self) -> None:
+        """Unmount the runtime copies this sandbox made or used, unless a run (of any trainer) holds one now."""
+        if self.slots is not None and self._copies:
+            with contextlib.suppress(OSError):
+                sweep_runtimes(self.slots, set(self._copies))
+            self._copies.clear()
 
     def _probe(self) -> str | None:
         """None when bubblewrap runs a program here with every isolation in place, else why not (once per
@@ -632,6 +724,8 @@ class LocalSandbox:
                 try:
                     # the uid's own copy of the runtime; made here at the uid's first run, while its lock is held
                     runtime_root = slot_runtime(runtime_of(self.python, self.setpriv), uid) if isolated else None
+                    if isolated:
+                        self._copies.add(uid)
                     workdir = self._make_workdir(req)
                     if self.cgroups is not None:
                         name = f"run-{os.getpid()}-{next(self._runs)}"
@@ -652,7 +746,7 @@ class LocalSandbox:
     def _make_workdir(self, req: RunRequest) -> str:
         """Root-owned and read-only to the program: bound into its /work, or its cwd when unsafe."""
         workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-", dir=self.tmp_root)
-        for name, content in {**req.files, "main.py": req.code}.items():
+        for name, content in {**req.files, "main.py": req.code, STDIN_FILE: req.stdin}.items():
             if os.path.basename(name) != name or name in ("", ".", ".."):
                 raise ValueError(f"file name {name!r} must be a plain name")
             path = os.path.join(workdir, name)
@@ -663,17 +757,23 @@ class LocalSandbox:
         return workdir
 
     def _command(self, req: RunRequest, workdir: str, uid: int | None, group: RunCgroup | None, seccomp_fd: int,
-                 chan: int, runtime_root: str | None = None) -> list[str]:
-        limits = [max(1, math.ceil(req.time_limit_s)), (req.memory_mb + INTERPRETER_MB) << 20, req.max_file_mb << 20,
+                 chan: int, runtime_root: str | None = None, data: dict[str, int] | None = None) -> list[str]:
+        """The command that runs the monitor; ``data``: path inside the run -> a descriptor of its content, each
+        copied by bubblewrap into a read-only file of the run's own (the program, its files, stdin, the account)."""
+        # the run's cgroup counts its exact CPU time: the per-process limit is a backstop above it (CPU_BACKSTOP)
+        cpu = math.ceil(req.time_limit_s * CPU_BACKSTOP) + 1 if group is not None else max(1, math.ceil(
+            req.time_limit_s))
+        limits = [cpu, (req.memory_mb + INTERPRETER_MB) << 20, req.max_file_mb << 20,
                   req.max_processes + 1, req.max_open_files, SIGPENDING,  # + 1: the monitor
-                  KEYCTL_NR.get(platform.machine(), -1), int(self._isolation == ISOLATION_BWRAP)]
+                  KEYCTL_NR.get(platform.machine(), -1), int(self._isolation == ISOLATION_BWRAP),
+                  PRCTL_NR.get(platform.machine(), -1)]
         join = []
         if group is not None:  # the shell joins the run's cgroup, then becomes bwrap: every process is counted
             join = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 120; shift; done; shift; '
                     'exec "$@"', "sh", *group.procs_files, "--"]
         if self._isolation == ISOLATION_UNSAFE:
             boot = [self.python, "-I", "-c", _BOOTSTRAP, os.path.join(workdir, "main.py"), str(chan)]
-            return join + boot + [str(v) for v in limits]
+            return join + boot + [str(v) for v in limits] + [os.path.join(workdir, STDIN_FILE)]
         size = str(max(req.max_file_mb, 1) << 20)
         cmd = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                "--unshare-cgroup-try", "--hostname", "sandbox"]
@@ -681,10 +781,16 @@ class LocalSandbox:
             cmd.append("--unshare-net")
         cmd += runtime_of(self.python, self.setpriv).mounts(runtime_root)
         cmd += ["--proc", "/proc"]
-        # host-wide counters a program could move or count (see PROC_HIDDEN): an empty file or directory instead
+        data = data or {}
+        # host-wide counters a program could move or count (see PROC_HIDDEN): an empty file or directory instead,
+        # or a constant where programs read one (/proc/loadavg)
         for path in _proc_hidden():
-            cmd += ["--ro-bind", f"{runtime_root}/{RUNTIME_EMPTY}", path] if path not in PROC_HIDDEN_DIRS else \
-                ["--perms", "0555", "--size", "4096", "--tmpfs", path, "--remount-ro", path]
+            if path in data:
+                cmd += ["--perms", "0444", "--ro-bind-data", str(data[path]), path]
+            elif path in PROC_HIDDEN_DIRS:
+                cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", path, "--remount-ro", path]
+            else:
+                cmd += ["--ro-bind", f"{runtime_root}/{RUNTIME_EMPTY}", path]
         # a /dev of the character devices a program uses, and no more: bubblewrap's --dev has a devpts and ptmx,
         # whose ptys come from the host's pool (kernel.pty.max), and /dev/tty
         cmd += ["--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
@@ -694,55 +800,68 @@ class LocalSandbox:
             cmd += ["--symlink", target, f"/dev/{link}"]
         for tmpfs in ("/dev/shm", "/tmp", "/work"):
             cmd += ["--perms", "1777", "--size", size, "--tmpfs", tmpfs]
-        for name in sorted(os.listdir(workdir)):
-            cmd += ["--ro-bind", os.path.join(workdir, name), f"/work/{name}"]
+        # copies, not binds of host files: no host path, file system or free-block count behind them
+        for path, fd in sorted(data.items()):
+            if not path.startswith("/proc/"):
+                cmd += ["--perms", "0444", "--ro-bind-data", str(fd), path]
         cmd += ["--chdir", "/work", "--seccomp", str(seccomp_fd), "--clearenv"]
-        for key, value in ENV_ALLOWLIST.items():
+        for key, value in {**ENV_ALLOWLIST, **RUN_ENV}.items():
             cmd += ["--setenv", key, value]
         cmd += ["--", "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs",
                 "--inh-caps=-all", "--bounding-set=-all", "--",
                 self.python, "-I", "-c", _BOOTSTRAP, "/work/main.py", str(chan)]
-        return join + cmd + [str(v) for v in limits]
+        return join + cmd + [str(v) for v in limits] + [STDIN_PATH]
+
+    def _data(self, req: RunRequest, uid: int | None) -> dict[str, bytes]:
+        """What bubblewrap copies into the run (path inside -> content): the program, its files, its stdin, the
+        run's account, and the constant load average."""
+        files = {f"/work/{name}": content.encode("utf-8", "surrogatepass")
+                 for name, content in {**req.files, "main.py": req.code}.items()}
+        account = f"{RUN_USER}:x:{uid}:{uid}:{RUN_USER}:/work:/usr/sbin/nologin\n".encode()
+        return {**files, STDIN_PATH: req.stdin.encode("utf-8", "surrogatepass"), "/etc/passwd": account,
+                "/etc/group": f"{RUN_USER}:x:{uid}:\n".encode(), "/proc/loadavg": LOADAVG}
 
     def _execute(self, req: RunRequest, workdir: str, uid: int | None, group: RunCgroup | None,
                  t0: float, runtime_root: str | None = None) -> RunResult:
-        seccomp_fd = os.memfd_create("agon-seccomp", 0)
-        os.write(seccomp_fd, seccomp_filter() if self._isolation == ISOLATION_BWRAP else b"")
-        os.lseek(seccomp_fd, 0, os.SEEK_SET)
+        isolated = self._isolation == ISOLATION_BWRAP
+        seccomp_fd = _memfd(seccomp_filter() if isolated else b"")
+        data = {path: _memfd(content) for path, content in self._data(req, uid).items()} if isolated else {}
         chan_r, chan_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        if isolated and uid is not None:  # the run's own pipes: /dev/stdout and /dev/stderr open, as on a judge
+            for fd in (out_w, err_w):
+                os.fchown(fd, uid, uid)
+        stdin = open(os.path.join(workdir, STDIN_FILE), "rb") if not isolated else subprocess.DEVNULL
         try:
             proc = subprocess.Popen(
-                self._command(req, workdir, uid, group, seccomp_fd, chan_w, runtime_root),
-                cwd=workdir, env=dict(ENV_ALLOWLIST), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True, close_fds=True, pass_fds=(seccomp_fd, chan_w))
+                self._command(req, workdir, uid, group, seccomp_fd, chan_w, runtime_root, data),
+                cwd=workdir, env=dict(ENV_ALLOWLIST), stdin=stdin, stdout=out_w, stderr=err_w,
+                start_new_session=True, close_fds=True, pass_fds=(seccomp_fd, chan_w, *data.values()))
         finally:
-            os.close(seccomp_fd)
-            os.close(chan_w)
-        out, err, chan = _Capped(req.max_output_bytes), _Capped(req.max_output_bytes), _Capped(4096)
+            for fd in (seccomp_fd, chan_w, out_w, err_w, *data.values()):
+                os.close(fd)
+            if stdin is not subprocess.DEVNULL:
+                stdin.close()
+        out, err, chan = _Capped(req.max_output_bytes), _Capped(req.max_stderr_bytes, STDERR_TAIL), _Capped(4096)
 
         def drain() -> None:
-            out.drain(proc.stdout.fileno())
-            err.drain(proc.stderr.fileno())
+            out.drain(out_r)
+            err.drain(err_r)
             chan.drain(chan_r)
 
         sel = selectors.DefaultSelector()
         timed_out = over_cap = cpu_over = False
         exit_fd, loop_error = None, ""
+        allowance = req.time_limit_s + CPU_ALLOWANCE_S
         try:
-            stdin_data = req.stdin.encode("utf-8", "surrogatepass")
-            sel.register(proc.stdout, selectors.EVENT_READ, out)
-            sel.register(proc.stderr, selectors.EVENT_READ, err)
+            sel.register(out_r, selectors.EVENT_READ, out)
+            sel.register(err_r, selectors.EVENT_READ, err)
             sel.register(chan_r, selectors.EVENT_READ, chan)
-            if stdin_data:
-                os.set_blocking(proc.stdin.fileno(), False)
-                sel.register(proc.stdin, selectors.EVENT_WRITE, None)
-            else:
-                proc.stdin.close()
             exit_fd = os.pidfd_open(proc.pid)
             sel.register(exit_fd, selectors.EVENT_READ, "exit")
             deadline = t0 + req.wall_limit_s
             exited_at = None
-            written = 0
             while True:
                 now = time.monotonic()
                 open_streams = sum(1 for k in sel.get_map().values() if isinstance(k.data, _Capped))
@@ -751,31 +870,25 @@ class LocalSandbox:
                 if now >= deadline:
                     timed_out = True
                     break
-                if group is not None and group.cpu_seconds() > req.time_limit_s:
+                if group is not None and group.cpu_seconds() > allowance:
                     cpu_over = True
                     break
                 for key, _ in sel.select(min(deadline - now, 0.05)):
                     if key.data == "exit":
                         sel.unregister(exit_fd)
                         exited_at = time.monotonic()
-                    elif key.data is None:  # stdin
-                        try:
-                            written += os.write(proc.stdin.fileno(), stdin_data[written: written + 65536])
-                        except (BrokenPipeError, BlockingIOError) as e:
-                            if isinstance(e, BrokenPipeError):
-                                written = len(stdin_data)
-                        if written >= len(stdin_data):
-                            sel.unregister(proc.stdin)
-                            proc.stdin.close()
                     else:
-                        fd = key.fileobj if isinstance(key.fileobj, int) else key.fileobj.fileno()
-                        chunk = os.read(fd, 65536)
+                        chunk = os.read(key.fileobj, 65536)
                         if not chunk:
                             sel.unregister(key.fileobj)
-                        elif not key.data.add(chunk) and key.data is not chan:
+                        # stdout past its cap ends the run; stderr past its cap is dropped (debug output is no
+                        # failure on a judge)
+                        elif not key.data.add(chunk) and key.data is out:
                             over_cap = True
                 if over_cap:
                     break
+            # what the run spent between the last poll and its end counts too: the exact total decides
+            cpu_over = cpu_over or (group is not None and not timed_out and group.cpu_seconds() > allowance)
         except Exception as exc:  # the sandbox's own failure mid-run; graded below by whether the program had started
             loop_error = f"{type(exc).__name__}: {exc}"
             log.exception("sandbox: watching the run failed")
@@ -790,12 +903,12 @@ class LocalSandbox:
             if exit_fd is not None:
                 os.close(exit_fd)
             drain()
-            for stream in (proc.stdout, proc.stderr, proc.stdin):
-                with contextlib.suppress(OSError):
-                    stream.close()
-            os.close(chan_r)
-        return self._verdict(req, group, out, err, chan.text(), proc.returncode, time.monotonic() - t0,
-                             timed_out, over_cap, cpu_over, loop_error)
+            for fd in (out_r, err_r, chan_r):
+                os.close(fd)
+        cpu_s = group.cpu_seconds() if group is not None else None
+        res = self._verdict(req, group, out, err, chan.text(), proc.returncode, time.monotonic() - t0,
+                            timed_out, over_cap, cpu_over, loop_error)
+        return dataclasses.replace(res, cpu_s=cpu_s)
 
     @classmethod
     def _verdict(cls, req: RunRequest, group: RunCgroup | None, out: "_Capped", err: "_Capped", chan: str,
@@ -833,7 +946,8 @@ class LocalSandbox:
                              f"wall clock > {req.wall_limit_s:g}s{pids_note}")
         if cpu_over:
             return RunResult("timeout", None, stdout, stderr, truncated, wall,
-                             f"CPU time of the run > {req.time_limit_s:g}s{pids_note}")
+                             f"CPU time of the run > {req.time_limit_s:g}s (+{CPU_ALLOWANCE_S:g}s for the sandbox's "
+                             f"own start){pids_note}")
         if "ready" not in lines or any(ln.startswith("setup-failed") for ln in lines):
             # the monitor never said the program could start: whatever went wrong is the sandbox's
             why = next((ln for ln in lines if ln.startswith("setup-failed")), f"exit code {outer_rc}")
@@ -856,19 +970,36 @@ class LocalSandbox:
             return RunResult("runtime_error", None, stdout, stderr, truncated, wall,
                              f"the program ended in an unexpected wait status {status:#x}{pids_note}")
         memory_error = "MemoryError" in stderr[-2000:] or "Cannot allocate memory" in stderr[-2000:]
-        if rc == -signal.SIGXCPU:
+        if rc == -signal.SIGXCPU:  # the per-process backstop (CPU_BACKSTOP), or the limit itself without a cgroup
             return RunResult("timeout", rc, stdout, stderr, truncated, wall,
-                             f"CPU time of one process > {math.ceil(req.time_limit_s)}s (SIGXCPU)")
+                             f"CPU time of one process past its limit (SIGXCPU)")
         if memory_error:
             return RunResult("memory", rc, stdout, stderr, truncated, wall,
                              f"MemoryError: memory > {req.memory_mb} MB")
         if rc < 0:
             return RunResult("runtime_error", rc, stdout, stderr, truncated, wall,
                              f"killed by {signal_name(-rc)}{pids_note}")
-        return RunResult("runtime_error", rc, stdout, stderr, truncated, wall, f"exit code {rc}{pids_note}")
+        unlike = next((why for mark, why in UNLIKE_A_JUDGE.items() if mark in stderr[-2000:]), "")
+        return RunResult("runtime_error", rc, stdout, stderr, truncated, wall,
+                         f"exit code {rc}{pids_note}{'; ' + unlike if unlike else ''}")
 
 
 _STATUS_LINE = re.compile(r"status (\d{1,10})")
+# what a judge has and the sandbox cannot give, by the error a program fails with: named in its verdict
+UNLIKE_A_JUDGE = {
+    "Load averages are unobtainable": "os.getloadavg() needs sysinfo(), which the sandbox refuses (it counts the "
+                                      "host's processes, which every neighbour moves); /proc/loadavg reads a constant",
+}
+
+
+def _memfd(content: bytes) -> int:
+    """A descriptor of ``content`` at offset 0, in memory only (bubblewrap reads it to its end)."""
+    fd = os.memfd_create("agon-sandbox", 0)
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def exit_code(status: int) -> int | None:
@@ -894,26 +1025,33 @@ def signal_name(number: int) -> str:
 
 
 class _Capped:
-    """An output buffer that keeps at most ``cap`` bytes."""
+    """An output buffer that keeps at most ``cap`` bytes: its first ones, and with ``tail`` also its last ``tail``
+    (where a traceback is) once the stream went past the cap."""
 
-    def __init__(self, cap: int):
+    def __init__(self, cap: int, tail: int = 0):
         self.cap, self.parts, self.size, self.truncated = cap, [], 0, False
         self.head = b""
+        self.tail_cap, self.tail, self.dropped = min(tail, cap), b"", 0
 
     def add(self, chunk: bytes) -> bool:
-        """Keep what fits (the rest is dropped); False once the stream went past the cap."""
+        """Keep what fits (the rest is dropped, but for the tail); False once the stream went past the cap."""
         if not self.head:
             self.head = chunk[:64]
-        room = self.cap - self.size
-        if len(chunk) > room:
-            if room > 0:
-                self.parts.append(chunk[:room])
-                self.size = self.cap
-            self.truncated = True
-            return False
-        self.parts.append(chunk)
-        self.size += len(chunk)
-        return True
+        room = self.cap - self.tail_cap - self.size
+        if len(chunk) <= room:
+            self.parts.append(chunk)
+            self.size += len(chunk)
+            return True
+        if room > 0:
+            self.parts.append(chunk[:room])
+            self.size += room
+            chunk = chunk[room:]
+        if self.tail_cap:
+            kept = self.tail + chunk
+            self.dropped += max(len(kept) - self.tail_cap, 0)
+            self.tail = kept[-self.tail_cap:]
+        self.truncated = self.dropped > 0 or not self.tail_cap
+        return not self.truncated
 
     def drain(self, fd: int, limit: int = 1 << 26) -> None:
         """Read what the pipe holds now without waiting (so that no dying writer blocks on a full pipe)."""
@@ -929,7 +1067,10 @@ class _Capped:
             pass
 
     def text(self) -> str:
-        return b"".join(self.parts).decode("utf-8", errors="replace")
+        body = b"".join(self.parts)
+        if self.tail:
+            body += (f"\n[... {self.dropped} bytes dropped ...]\n".encode() if self.dropped else b"") + self.tail
+        return body.decode("utf-8", errors="replace")
 
     def is_utf8(self) -> bool:
         try:
