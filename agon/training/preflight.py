@@ -167,12 +167,15 @@ def check_memory(cfg: Any, total_gib: float | None = None, card: str = "this car
     """A ConfigError, before anything loads, when the update's estimated peak (``agon.training.memory``) does not
     fit what a GPU of ``total_gib`` leaves the trainer beside vLLM's share, naming the numbers and the settings that
     fit; the line it checked otherwise (None: nothing to check). ``total_gib`` None: the CUDA device the run trains
-    on, when it trains on one. ``trainer.check_memory=false`` skips it."""
+    on, when it trains on one, with the engine it will sample with here (``engines.engine_name``: a fallback where
+    vLLM is missing); a card named for planning gets the configured ``generation.engine``, whatever is installed
+    here. ``trainer.check_memory=false`` skips it."""
     from agon.engines import engine_name
     from agon.training.memory import fitting_settings, trainer_share, update_memory, utilization_that_fits
 
     if not cfg.trainer.check_memory:
         return None
+    engine = cfg.generation.engine
     if total_gib is None:
         device = resolve_device(str(cfg.model.device))
         if not device.startswith("cuda"):
@@ -180,10 +183,10 @@ def check_memory(cfg: Any, total_gib: float | None = None, card: str = "this car
         import torch
 
         total_gib = torch.cuda.get_device_properties(torch.device(device)).total_memory / 2 ** 30
+        engine = engine_name(cfg)
     est = update_memory(cfg)
     if est is None:
         return None
-    engine = engine_name(cfg)
     left = trainer_share(cfg, total_gib, engine)
     share = (f", of which vLLM takes {cfg.generation.vllm.gpu_memory_utilization} "
              f"(generation.vllm.gpu_memory_utilization)" if engine == "vllm" else "")
