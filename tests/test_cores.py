@@ -55,22 +55,28 @@ def test_a_process_bound_to_one_core_gets_one_torch_thread_unless_omp_num_thread
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="halving needs two threads")
 def test_a_run_whose_cores_busy_processes_share_halves_its_threads_and_warns_once():
     """Two processes spinning on the cores while this one multiplies matrices on two threads: its threads wait for
-    a core most of the time, so the watch halves them to one and warns once, naming OMP_NUM_THREADS."""
+    a core most of the time, so after SHARED_STEPS such steps the watch halves them to one and warns once, naming
+    OMP_NUM_THREADS."""
     script = """
 import subprocess, sys, time, torch
 torch.set_num_threads(2)
-from agon.training.cores import SharedCores
+from agon.training.cores import SHARED_STEPS, SharedCores
 said = []
 watch = SharedCores(said.append)
 busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
 try:
     time.sleep(0.5)
-    watch.observe()
     a = torch.randn(512, 512)
-    t0 = time.time()
-    while time.time() - t0 < 3:
-        a = (a @ a).clamp_(-1, 1)
-    wait = watch.observe()
+    waits = []
+    for _ in range(SHARED_STEPS):
+        watch.start()
+        t0 = time.time()
+        while time.time() - t0 < 2:
+            a = (a @ a).clamp_(-1, 1)
+        waits.append(watch.observe())
+        if len(waits) < SHARED_STEPS:
+            assert torch.get_num_threads() == 2, "halved too early"
+    wait = min(waits)
 finally:
     for p in busy:
         p.kill()

@@ -9,8 +9,9 @@ each other, so two runs whose threads share cores wait on each other's spinning:
 ``usable_cores`` reads the affinity mask and the cgroup quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``);
 ``start_threads`` gives torch that many (shared among the processes of one launch on this node). ``SharedCores``
 then reads, after every step, how long this process's threads waited for a core (the kernel's run delay,
-``/proc/self/task/*/schedstat``): when they waited more than ``SHARED_WAIT`` of the step, other work shares the
-cores, torch's threads are halved (down to one), and the run warns once, saying what to set. Once the machine's load
+``/proc/self/task/*/schedstat``, measured over the step alone, not the checkpoints and evaluations between steps):
+when they waited more than ``SHARED_WAIT`` of ``SHARED_STEPS`` steps in a row, other work shares the cores, torch's
+threads are halved (down to one), and the run warns once, saying what to set. Once the machine's load
 shows the other work gone, the threads come back.
 
 A count set by the user (``OMP_NUM_THREADS``) is kept and never changed: changing the thread count changes the order
@@ -33,6 +34,8 @@ import torch
 # a step in which this process's threads waited this share of their time for a core: the cores are shared (alone
 # on 2 cores the trainer's threads wait about 0-3% of a step; with a second run of 2 threads, 35-60%)
 SHARED_WAIT = 0.25
+# steps in a row over it before the threads are halved
+SHARED_STEPS = 1
 USER_THREADS = "OMP_NUM_THREADS"
 
 
@@ -105,19 +108,27 @@ class SharedCores:
         self.full = torch.get_num_threads()
         self.enabled = enabled and USER_THREADS not in os.environ and Path("/proc/self/schedstat").exists()
         self.warned = False
+        self.waited = 0  # steps in a row over SHARED_WAIT
+        self.start()
+
+    def start(self) -> None:
+        """Where a step begins: what ``observe`` measures is the step alone, not the checkpoints and evaluations
+        between steps."""
         self._last = (time.monotonic(), _run_delay_ns())
 
     def observe(self) -> float:
-        """The share of the time since the last call that torch's threads waited for a core (0 when disabled);
-        adjusts the thread count as it says."""
+        """The share of the time since ``start`` that torch's threads waited for a core (0 when disabled); adjusts
+        the thread count as it says."""
         now, delay = time.monotonic(), _run_delay_ns()
         (then, before), self._last = self._last, (now, delay)
         if not self.enabled or now <= then:
             return 0.0
         threads = torch.get_num_threads()
         wait = max(delay - before, 0) / 1e9 / ((now - then) * threads)
-        if wait > SHARED_WAIT and threads > 1:
+        self.waited = self.waited + 1 if wait > SHARED_WAIT else 0
+        if self.waited >= SHARED_STEPS and threads > 1:
             torch.set_num_threads(threads // 2)
+            self.waited = 0
             self._warn(wait, threads)
         elif threads < self.full and os.getloadavg()[0] < threads + 0.5:  # the rest of the load is gone
             torch.set_num_threads(self.full)

@@ -275,6 +275,7 @@ class Trainer:
 
     def step(self) -> dict[str, Any]:
         t0 = time.time()
+        self.cores.start()
         turn = self.method.turn(self.cfg.rotation.mode, self.state.step)
         problems = self.next_problems()
         # each problem's requests drawn from seeds of their own (engines that seed requests): a streamed step and a
