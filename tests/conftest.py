@@ -88,6 +88,17 @@ class RecordingEngine(HFEngine):
         return out
 
 
+@pytest.fixture
+def wandb_service():
+    """For a test that starts W&B in this process: its service process (``wandb-core``) ended after the test, so
+    that a later test of the same pytest worker (the sandbox's leftover checks count this process's children)
+    finds no child it did not start."""
+    yield
+    import wandb
+
+    wandb.teardown()
+
+
 @pytest.fixture(autouse=True)
 def seeded():
     """Every test starts from the same RNG state, so what it samples does not depend on which tests ran before it

@@ -387,7 +387,7 @@ def test_a_finished_run_is_reused_an_extended_one_resumes_and_another_config_is_
     assert adapter_bytes(run_dir) == adapter_bytes(Path(three.output_dir)) and adapter_bytes(run_dir)
 
 
-def test_a_resumed_run_keeps_its_wandb_run_id(tmp_path, monkeypatch):
+def test_a_resumed_run_keeps_its_wandb_run_id(tmp_path, monkeypatch, wandb_service):
     from agon.records.recorder import build_logger
 
     monkeypatch.setenv("WANDB_INIT_TIMEOUT", str(FINISH_S))  # W&B's service starts slowly on a busy machine

@@ -57,7 +57,7 @@ def test_the_final_adapters_are_an_artifact_and_the_summary_is_there(sweep):
     assert offline.steps("eval/accuracy") == [0, 1, 2]
 
 
-def test_a_resumed_run_sends_each_step_once(tmp_path, monkeypatch):
+def test_a_resumed_run_sends_each_step_once(tmp_path, monkeypatch, wandb_service):
     """A run killed after step 4 (evaluations at 2 and 4) resumes from its checkpoint at step 2: the recorder drops
     the rows after it and the run logs steps 3 to 6 again. W&B's history (both offline runs of the directory)
     holds each (key, step) once, and the recomputed rows past the kill are there."""
