@@ -76,15 +76,24 @@ def test_sigterm_mid_evaluation_exits_143_and_the_same_command_plays_only_the_ch
     assert records(run_dir) == records(straight_chunked) and summary(run_dir) == summary(straight_chunked)
 
 
-def _submitit_task(launch: Launch) -> psutil.Process:
-    """The process of submitit's local executor that runs the cell (``submitit.core._submit``)."""
+def _children(launch: Launch, marker: str) -> list[psutil.Process]:
+    """The run's descendant processes whose command line holds ``marker`` (a vLLM worker, in a session of its own,
+    is one: a child, not a group member)."""
+    out = []
     for child in psutil.Process(launch.proc.pid).children(recursive=True):
         try:
-            if "submitit.core._submit" in " ".join(child.cmdline()):
-                return child
+            if marker in " ".join(child.cmdline()):
+                out.append(child)
         except psutil.Error:
             continue
-    raise AssertionError("no submitit task process")
+    return out
+
+
+def _submitit_task(launch: Launch) -> psutil.Process:
+    """The process of submitit's local executor that runs the cell (``submitit.core._submit``)."""
+    found = _children(launch, "submitit.core._submit")
+    assert found, "no submitit task process"
+    return found[0]
 
 
 def test_a_submitit_cell_sent_sigterm_is_requeued_and_ends_as_the_uninterrupted_run(
@@ -127,18 +136,6 @@ def _interim_journal(run_dir: Path) -> Path | None:
     return found[0] if found and found[0].stat().st_size > 0 else None
 
 
-def _workers(launch: Launch) -> list[psutil.Process]:
-    """The vLLM worker processes the run started (a session of their own: children, not group members)."""
-    out = []
-    for child in psutil.Process(launch.proc.pid).children(recursive=True):
-        try:
-            if "vllm_worker.py" in " ".join(child.cmdline()):
-                out.append(child)
-        except psutil.Error:
-            continue
-    return out
-
-
 @pytest.mark.vllm(seconds=1500)
 def test_sigterm_during_a_vllm_interim_evaluation_leaves_no_engine_and_the_resume_samples_none_of_its_rounds(
         agon_cache, tmp_path, bounded):
@@ -154,7 +151,7 @@ def test_sigterm_during_a_vllm_interim_evaluation_leaves_no_engine_and_the_resum
     workers: list[psutil.Process] = []
 
     def a_third_committed() -> bool:
-        workers[:] = workers or _workers(launch)
+        workers[:] = workers or _children(launch, "vllm_worker.py")
         journal = _interim_journal(stopped)
         return journal is not None and _committed(journal, tmp_path) >= ROUNDS // 3
 

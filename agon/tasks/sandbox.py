@@ -110,8 +110,10 @@ ISOLATION_UNSAFE = "unsafe"
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 ENV_ALLOWLIST = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+# the run's user as the C library and Python see it (getpass, pwd, expanduser): one account, its uid the run's
+RUN_USER = "judge"
 # and inside the sandbox, what a judge's account has
-RUN_ENV = {"HOME": "/work", "USER": "judge", "LOGNAME": "judge"}
+RUN_ENV = {"HOME": "/work", "USER": RUN_USER, "LOGNAME": RUN_USER}
 # the memory the interpreter itself takes, on top of what the request grants the program
 INTERPRETER_MB = 48
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`) and run as root with "
@@ -311,8 +313,6 @@ PRCTL_NR = {"x86_64": 157, "aarch64": 167}
 STDIN_PATH = "/run/agon/stdin"
 # /proc/loadavg as a run sees it: constant (the host's moves with every neighbour), but there: os.getloadavg() works
 LOADAVG = b"0.00 0.00 0.00 1/1 1\n"
-# the run's user as the C library and Python see it (getpass, pwd, expanduser): one account, its uid the run's
-RUN_USER = "judge"
 # the per-process CPU limit (RLIMIT_CPU) where the run's cgroup counts its exact CPU time: the kernel checks it
 # against tick-sampled time, which ran 3-35% ahead of the exact time here, so it is a backstop well above the
 # budget and the cgroup's exact total decides
@@ -744,16 +744,20 @@ class LocalSandbox:
             return RunResult("sandbox_error", None, "", "", False, time.monotonic() - t0, f"{type(e).__name__}: {e}")
 
     def _make_workdir(self, req: RunRequest) -> str:
-        """Root-owned and read-only to the program: bound into its /work, or its cwd when unsafe."""
+        """The run's host directory, bubblewrap's cwd. Its files (the program, its files, its stdin: root-owned,
+        read-only) are written here only when unsafe, where it is the program's cwd; an isolated run gets copies
+        from memfds instead (``_data``)."""
         workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-", dir=self.tmp_root)
         for name, content in {**req.files, "main.py": req.code, STDIN_FILE: req.stdin}.items():
             if os.path.basename(name) != name or name in ("", ".", ".."):
                 raise ValueError(f"file name {name!r} must be a plain name")
+            if self._isolation == ISOLATION_BWRAP:
+                continue
             path = os.path.join(workdir, name)
             with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
                 f.write(content)
             os.chmod(path, 0o444)
-        os.chmod(workdir, 0o755 if self._isolation == ISOLATION_BWRAP else 0o700)
+        os.chmod(workdir, 0o700)
         return workdir
 
     def _command(self, req: RunRequest, workdir: str, uid: int | None, group: RunCgroup | None, seccomp_fd: int,

@@ -225,9 +225,15 @@ def test_no_seccomp_or_socket_filter_can_be_loaded_so_no_bpf_jit_memory_is_drawn
 # ---------------------------------------------------------------------------------------------------------------
 # leftovers: the runtime copies
 
+# a uid pool of this test's own, so that no other test's sandbox (another pytest worker) mounts or sweeps its copies
+POOL = dict(uid_base=61100, uid_slots=4)
+
+
 def _runtime_mounts() -> set[str]:
+    """The mounted runtime copies of ``POOL``'s uids."""
+    ours = {f"{RUNTIME_DIR}/uid-{uid}" for uid in range(POOL["uid_base"], POOL["uid_base"] + POOL["uid_slots"])}
     with open("/proc/mounts") as f:
-        return {line.split()[1] for line in f if line.split()[1].startswith(RUNTIME_DIR + "/")}
+        return {line.split()[1] for line in f if line.split()[1] in ours}
 
 
 def test_a_trainers_runtime_copies_are_unmounted_when_it_exits_and_stale_ones_swept_at_start(tmp_path):
@@ -237,7 +243,7 @@ def test_a_trainers_runtime_copies_are_unmounted_when_it_exits_and_stale_ones_sw
         import sys
         from concurrent.futures import ThreadPoolExecutor
         from agon.tasks.sandbox import LocalSandbox, RunRequest
-        sb = LocalSandbox()
+        sb = LocalSandbox(uid_base=61100, uid_slots=4)
         req = RunRequest(code="import time\\ntime.sleep(0.5)\\nprint(1)", time_limit_s=2, wall_time_s=30)
         with ThreadPoolExecutor(2) as pool:
             print([r.status for r in pool.map(sb.run, [req, req])], flush=True)
@@ -246,7 +252,7 @@ def test_a_trainers_runtime_copies_are_unmounted_when_it_exits_and_stale_ones_sw
             os.kill(os.getpid(), signal.SIGKILL)
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    LocalSandbox().close()  # this process's probe run done (once per process), its copy unmounted
+    LocalSandbox(**POOL).close()  # this process's probe run done (once per process), its copy unmounted
     before = _runtime_mounts()
     out = subprocess.run([sys.executable, "-c", script, "exit"], env=env, capture_output=True, text=True,
                          timeout=300)
@@ -258,6 +264,6 @@ def test_a_trainers_runtime_copies_are_unmounted_when_it_exits_and_stale_ones_sw
     assert "['ok', 'ok']" in out.stdout, out.stderr[-3000:]
     left = _runtime_mounts() - before
     assert left, "the premise: a killed trainer leaves its copies"
-    started = LocalSandbox()
+    started = LocalSandbox(**POOL)
     assert _runtime_mounts() & left == set(), "stale copies not swept at start"
     started.close()
