@@ -90,7 +90,10 @@ lint: install ## agon's import layers (import-linter contracts in pyproject.toml
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
 test: install lint ## run the fast test suite (CPU, no network), after the layer check, in TEST_WORKERS processes
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not gpu and not vllm" $(ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not long and not gpu and not vllm" $(ARGS)
+
+test-long: install ## the long CPU tests make test leaves out for its time (runs, measurements, wheel): CI runs them
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "long and not slow and not gpu and not vllm" $(ARGS)
 
 test-full: install ## run every CPU test, slow end-to-end runs included (not the vLLM ones: make test-vllm)
 	$(PY) -m pytest -q -m "not gpu and not vllm" $(ARGS)
@@ -154,5 +157,5 @@ clean: ## remove outputs, multirun and figures (keeps .venv and the model cache)
 
 
 .PHONY: lint
-.PHONY: help install sandbox-deps vllm-install test-vllm bases lock run run-ddp test test-full sweep figures dashboard mutation bench target-sum-gate smoke-real bench-gpu config clean
+.PHONY: help install sandbox-deps vllm-install test-vllm bases lock run run-ddp test test-long test-full sweep figures dashboard mutation bench target-sum-gate smoke-real bench-gpu config clean
 .PHONY: gpu-wheels gpu-check-bare

@@ -16,6 +16,7 @@ alone writes files, checkpoints and W&B (``agon.core.distributed`` says how the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import importlib.metadata
 import logging
@@ -171,6 +172,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         say(f"[agon] skipped: {out_dir} already holds this run's summary.json (trainer.resume=never trains it "
             f"again)")
         return done
+    if resume == "auto":  # before any model loads, and before a resume forgets the records after its checkpoint
+        check_checkpoint(out_dir, cfg)
     ranks = Ranks.from_env(cfg.model.device, cfg.trainer.ddp_timeout)
     start_threads(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # the cores this process may use, not all it sees
     # what the cell starts with, before anything loads: a sweep's next cell must find what the first did
@@ -317,8 +320,47 @@ def _trial_reporter(cfg: DictConfig, ranks: Ranks) -> Any:
     return report
 
 
-# keys that say where and how a run is shown, not what it computes: a finished run is the same run without them
-PRESENTATION_KEYS = ("output_dir", "progress", "logger", "trainer.resume", "plugins")
+# keys that say where and how a run is shown, not what it computes: a finished run is the same run without them (a
+# sweep cell's folder leaves them out of its name: conf/config.yaml's exclude_keys), where an Optuna study lives too
+PRESENTATION_KEYS = ("output_dir", "progress", "logger", "trainer.resume", "plugins", "tune.storage", "tune.study")
+
+
+@functools.cache
+def schema_defaults(task_kind: str | None) -> dict[str, Any]:
+    """Every key's default as the typed schema gives it, dotted (``Config``'s fields, the task's through its kind's
+    schema): what a key is when nobody sets it. Read only: one dict per task kind."""
+    import dataclasses
+    import typing
+
+    from agon.core.config import TASK_SCHEMAS, Config
+
+    hints, tree = typing.get_type_hints(Config), {}
+    for f in dataclasses.fields(Config):
+        schema = TASK_SCHEMAS.get(str(task_kind)) if f.name == "task" else hints[f.name]
+        if dataclasses.is_dataclass(schema):
+            tree[f.name] = OmegaConf.to_container(OmegaConf.structured(schema))
+        elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            tree[f.name] = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    return run_files.flatten(tree)
+
+
+def config_differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """The dotted keys in which a launch's resolved config ``ours`` differs from a recorded one ``theirs``, less
+    ``PRESENTATION_KEYS``. A key added to agon after ``theirs`` was written differs unless ``ours`` holds it at its
+    default and that default is off (allow_slow false, params {}): it then changes nothing that run computed. At any
+    other value (generation.vllm.request_seeds false, whose default is true) it may have."""
+
+    def comparable(config: dict[str, Any]) -> dict[str, Any]:
+        flat = run_files.flatten(config)
+        return {k: v for k, v in flat.items() if not any(k == p or k.startswith(p + ".") for p in PRESENTATION_KEYS)}
+
+    ours, theirs = comparable(ours), comparable(theirs)
+    defaults = schema_defaults(ours.get("task.kind"))
+    added = {k for k in ours.keys() - theirs.keys()
+             if ours[k] in (None, False, {}, []) and k in defaults and defaults[k] == ours[k]
+             and type(defaults[k]) is type(ours[k])}
+    return sorted(k for k in ours.keys() | theirs.keys()
+                  if (ours.get(k) != theirs.get(k) or k not in theirs) and k not in added)
 
 
 def finished_summary(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
@@ -329,16 +371,7 @@ def finished_summary(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
     if not path.exists():
         return None
     summary = run_files.read_json(path)
-
-    def comparable(config: dict[str, Any]) -> dict[str, Any]:
-        flat = run_files.flatten(config)
-        return {k: v for k, v in flat.items() if not any(k == p or k.startswith(p + ".") for p in PRESENTATION_KEYS)}
-
-    ours, theirs = comparable(to_plain(cfg)), comparable(summary.get("config", {}))
-    # a key added to agon after that run finished, at its off value (allow_slow false, params {}), changes nothing it
-    # computed: the same run
-    added = {k for k in ours.keys() - theirs.keys() if ours[k] in (None, False, {}, [])}
-    differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k) and k not in added)
+    differ = config_differences(to_plain(cfg), summary.get("config", {}))
     if all(k == "trainer.max_steps" or k.startswith("eval.") for k in differ) and differ:
         return None
     if differ:
@@ -346,6 +379,37 @@ def finished_summary(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
                           f"{' ...' if len(differ) > 8 else ''} differ): choose another output directory, or pass "
                           f"trainer.resume=never to train into it again")
     return summary
+
+
+# how the trainer's passes are cut to fit its memory, not what they compute (the same update up to the order of float
+# sums): the settings a relaunch after an out-of-memory changes, so a checkpoint resumes across them
+MEMORY_KEYS = ("trainer.micro_batch_size", "trainer.scoring_batch_tokens", "trainer.solo_row_tokens",
+               "trainer.logit_chunk_tokens", "trainer.generation_batch_tokens", "trainer.check_memory",
+               "model.gradient_checkpointing")
+
+
+def check_checkpoint(run_dir: Path, cfg: DictConfig) -> None:
+    """A ConfigError when the checkpoint ``checkpoints/latest`` names was written by a run of another configuration:
+    one that differs in more than its length (``trainer.max_steps``), its evaluation (``eval.*``), the engine's
+    resources (``cascade.RESOURCE_KEYS``) and the trainer's memory cuts (``MEMORY_KEYS``: a relaunch after an
+    out-of-memory), as a resume would train on from it under settings it was not trained with. A checkpoint written
+    before checkpoints kept their config is resumed as it is."""
+    from agon.game.cascade import RESOURCE_KEYS
+
+    root = run_dir / run_files.CHECKPOINTS
+    latest = root / "latest"
+    saved = run_files.read_json(root / latest.read_text().strip() / run_files.CHECKPOINT_CONFIG) \
+        if latest.exists() else None
+    if not isinstance(saved, dict):
+        return
+    resources = {f"generation.{k}" for k in RESOURCE_KEYS["generation"]} | {
+        f"generation.vllm.{k}" for k in RESOURCE_KEYS["vllm"]} | set(MEMORY_KEYS)
+    differ = [k for k in config_differences(to_plain(cfg), saved)
+              if k != "trainer.max_steps" and not k.startswith("eval.") and k not in resources]
+    if differ:
+        raise ConfigError(f"{run_dir} holds the checkpoint of a run of another configuration ({', '.join(differ[:8])}"
+                          f"{' ...' if len(differ) > 8 else ''} differ): launch it as it was to resume it, choose "
+                          f"another output directory, or pass trainer.resume=never to train into it again")
 
 
 def _quiet(*_: Any) -> None:

@@ -7,7 +7,8 @@ them the adapters' agreement and divergence (``eval/agree_AB``, ``eval/agree_AA`
 ``results_table`` adds a 95% interval of the accuracy (Student's t over seeds where a cell has several, else a
 bootstrap over problems of its one run) and the paper's reported values where the cell matches one (``PAPER``,
 read from ``paper_results.yaml``, the data file that cites them). Fractions stay fractions in the frames; the text
-formats show percentages.
+formats show percentages. ``two_generations`` reads the recap diagnostic's answers that take two generations each
+(drafts, then an answer after a recap), GRPO's adapter answering its own recap among them.
 """
 
 from __future__ import annotations
@@ -525,6 +526,87 @@ def diagnostic_tables(data: Runs, table: pd.DataFrame) -> str:
         lines += ["", "The same conditions as key/value prefixes (latent exchange: the rival adapter's states of the "
                   "span; none = the plain prompt)", "", *header, *latent_lines]
     return "\n".join(lines + crossplay) + "\n"
+
+
+# the diagnostic's answers at two generations each (draft, then an answer after its recap), in the order
+# ``two_generations_markdown`` lists them
+TWO_GENERATIONS = ("drafts", "rival", "own")
+
+
+def _rival(adapter: str, adapters: list[str]) -> str:
+    """The adapter whose recap ``adapter`` reads in the diagnostic: the other one, else its own (a single adapter)."""
+    others = [a for a in adapters if a != adapter]
+    return others[0] if others else adapter
+
+
+def drafts_right(row: Any, challenger: str) -> float:
+    """The share of right drafts among the rival's drafts that ``challenger`` answered in a diagnostic ``row`` (one
+    steps row): ``recap/<c>/rival`` is p x ``rival_right`` + (1 - p) x ``rival_wrong``, so p follows from the three
+    (1 where no draft was wrong, 0 where none was right)."""
+    key = f"recap/{challenger}"
+    rival, right, wrong = (row.get(f"{key}/{k}", math.nan) for k in ("rival", "rival_right", "rival_wrong"))
+    if pd.isna(wrong):
+        return 1.0 if not pd.isna(right) else math.nan
+    if pd.isna(right):
+        return 0.0
+    return float((rival - wrong) / (right - wrong)) if right != wrong else math.nan
+
+
+def two_generations(data: Runs) -> pd.DataFrame:
+    """Answers that take two generations each, from the recap diagnostic's cross-play (``crossplay/<d>><a>``: on
+    its problems x samples, each drafter's drafts sampled once and read by every answerer, under the run's
+    exchange: under ``hidden`` the answerer does not read the recap, under ``latent`` it reads states): per run and
+    diagnosed step, ``drafts`` (the share right of the drafts its challengers answer, ``drafts_right``), ``rival``
+    (each challenger answering its rival's recap, ``A>B`` and ``B>A`` averaged: the run's cascade) and ``own`` (each
+    answering its own recap, ``A>A`` and ``B>B``). A single adapter (GRPO) reads its own recap, so its ``rival`` is
+    its ``own`` and is left out: its ``A>A`` is the one answer of GRPO's adapter that takes as many generations as
+    a cascade's. Columns: cell_key, cell, run_id, seed, step, answer, orders, value. Empty without the diagnostic."""
+    columns = ["cell_key", "cell", "run_id", "seed", "step", "answer", "orders", "value"]
+    steps = data.steps
+    if steps.empty or "recap/n_wrong" not in steps:
+        return pd.DataFrame(columns=columns)
+    done = data.runs[data.runs["status"] == "complete"] if "status" in data.runs else data.runs
+    out = []
+    for _, run in done.iterrows():
+        rows = steps[(steps["run_id"] == run["run_id"])].dropna(subset=["recap/n_wrong"])
+        logged = [c for c in rows.columns if c.startswith("crossplay/") and rows[c].notna().any()]
+        who = [c for c in challengers(run, steps) if f"crossplay/{c}>{c}" in logged]
+        if rows.empty or not who:
+            continue
+        adapters = sorted({c.split("/")[1].split(">")[0] for c in logged} - {"base"})
+        pairs = {"rival": [f"{_rival(c, adapters)}>{c}" for c in who], "own": [f"{c}>{c}" for c in who]}
+        for _, row in rows.sort_values("train/step").iterrows():
+            values = {"drafts": (float(np.mean([drafts_right(row, c) for c in who])), "")}
+            for answer, orders in pairs.items():
+                if answer == "rival" and orders == pairs["own"]:
+                    continue
+                values[answer] = float(np.mean([row[f"crossplay/{o}"] for o in orders])), ", ".join(sorted(orders))
+            for answer, (value, orders) in values.items():
+                out.append({"cell_key": run["cell_key"], "cell": run["cell"], "run_id": run["run_id"],
+                            "seed": run["seed"], "step": int(row["train/step"]), "answer": answer, "orders": orders,
+                            "value": value})
+    return pd.DataFrame(out, columns=columns)
+
+
+def two_generations_markdown(frame: pd.DataFrame) -> str:
+    """Markdown of ``two_generations``: one row per cell and answer, its mean over seeds at the first diagnosed step
+    (``at start``), each seed's value at its run's last, and their mean (``final``), in percent."""
+    if frame.empty:
+        return ""
+    first = frame[frame["step"] == frame.groupby("run_id")["step"].transform("min")]
+    last = frame[frame["step"] == frame.groupby("run_id")["step"].transform("max")]
+    seeds = sorted(last["seed"].unique())
+    lines = ["| cell | answer | seeds | at start % | " + " | ".join(f"seed {s} %" for s in seeds) + " | final % |",
+             "|:--|:--|--:|--:|" + "--:|" * len(seeds) + "--:|"]
+    for (key, answer), group in last.groupby(["cell_key", "answer"], sort=False):
+        orders = group["orders"].iloc[0]
+        label = {"drafts": "its drafts", "rival": "after its rival's recap", "own": "after its own recap"}[answer]
+        start = first[(first["cell_key"] == key) & (first["answer"] == answer)]["value"]
+        by_seed = group.groupby("seed")["value"].mean()
+        cells = [f"{100 * by_seed[s]:.1f}" if s in by_seed else "-" for s in seeds]
+        lines.append(f"| {group['cell'].iloc[0]} | {label}{f' ({orders})' if orders else ''} | {len(group)} | "
+                     f"{100 * start.mean():.1f} | " + " | ".join(cells) + f" | {100 * group['value'].mean():.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def _commits(run: Any) -> tuple[str, str]:

@@ -309,7 +309,8 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "eval.chunk_problems": (
         "tests/test_resume.py::"
         "test_a_run_killed_during_an_evaluation_plays_only_the_chunks_not_done_and_ends_as_the_uninterrupted_run",),
-    "eval.diagnostic": ("tests/test_eval.py::test_a_run_logs_the_diagnostic_at_every_evaluation",),
+    "eval.diagnostic": ("tests/test_eval.py::"
+                        "test_a_run_logs_the_diagnostic_at_every_evaluation_and_trains_as_it_does_without_it",),
     "eval.diagnostic_samples": (f"{TRAINER_KEYS}::test_the_diagnostic_plays_eval_diagnostic_samples_per_problem",),
     "trainer.warn_importance_ratio": (
         f"{HEALTH}::test_a_low_importance_weight_in_either_role_is_said_and_in_neither_is_not", _WATCH_CONFIG),

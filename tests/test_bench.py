@@ -88,6 +88,7 @@ def test_a_vllm_part_is_skipped_with_the_reason_where_vllm_is_nowhere_unless_ask
         measure(overrides=missing, required=True)
 
 
+@pytest.mark.long
 def test_length_skew_scores_the_same_rows_both_ways_and_computes_fewer_tokens_by_length(tmp_path, capsys):
     """A small length-skewed batch (2 long rows of 256 tokens among 10): both sides give one gradient, and the
     contiguous side computes the short rows next to a long one at the long row's width."""
@@ -115,6 +116,7 @@ def test_length_skew_scores_the_same_rows_both_ways_and_computes_fewer_tokens_by
     assert "gradients agree" in capsys.readouterr().out
 
 
+@pytest.mark.long
 def test_latent_vs_visible_reports_ratios_of_seconds_and_peak_memory_on_equal_work(agon_cache, tmp_path, capsys):
     """Both sides write every completion to its budget (twice one role's tokens a step), the latent side's
     challengers read prefixes (the drafters' prompts and reasoning), and the ratios are latent over visible."""

@@ -23,6 +23,7 @@ def test_refuses_without_cuda(tmp_path, capsys):
     assert "needs a CUDA device" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
+@pytest.mark.long
 def test_the_cpu_check_measures_every_part(tmp_path):
     out = tmp_path / "out"
     assert main(["--cpu-check", "--out", str(out)]) == 0

@@ -123,6 +123,7 @@ def test_an_update_across_two_processes_equals_the_one_process_update(update_cfg
             assert two["stats"][key] == pytest.approx(stats[key], rel=1e-4), (loss_type, key)
 
 
+@pytest.mark.long
 def test_three_agon_steps_across_two_processes(agon_cache, tmp_path):
     run_dir = tmp_path / "run"
     overrides = TEST_WORLD + SMALL_RUN + [

@@ -320,6 +320,7 @@ VLLM_RUN = ["generation.engine=vllm", "generation.vllm.start_timeout_s=300", "tr
             "eval.n_problems=32", "eval.chunk_problems=16"]
 
 
+@pytest.mark.long
 def test_the_start_up_estimate_is_within_1_5x_of_the_test_worlds_steps_and_evaluations_with_hf(agon_cache, tmp_path):
     """At budgets of 48 and 24 new tokens, which the test world's completions (about 24 tokens, the longest of a call
     about 38, now and then one to the budget) mostly fill: at 72, which they fill to a third, hf's calls end well

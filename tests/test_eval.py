@@ -126,12 +126,26 @@ def test_the_diagnostic_samples_with_the_eval_settings_not_the_trainers(policies
     assert len(engine.settings) > 10 and set(engine.settings) == {Sampling(9, 0.5, 0.8, 3, 4096)}
 
 
-def test_a_run_logs_the_diagnostic_at_every_evaluation(small_cfg, tmp_path):
-    small_cfg.output_dir = str(tmp_path / "run")
-    small_cfg.eval.diagnostic = True
+def test_a_run_logs_the_diagnostic_at_every_evaluation_and_trains_as_it_does_without_it(small_cfg, tmp_path):
+    """The diagnostic at every evaluation, and its draws its own: the run without it trains the same steps bit for
+    bit (it once drew from training's streams, so turning it on changed every step after the first evaluation)."""
     small_cfg.eval.every = 1
     small_cfg.trainer.max_steps = 2
+    small_cfg.output_dir = str(tmp_path / "plain")
     run(small_cfg)
+    small_cfg.output_dir = str(tmp_path / "run")
+    small_cfg.eval.diagnostic = True
+    run(small_cfg)
+
+    def trained(run_dir: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if k.startswith("role/")} for r in read_jsonl(run_dir / "metrics.jsonl")
+                if "role/drafter/loss" in r]
+
+    assert trained(tmp_path / "run") == trained(tmp_path / "plain") != []
+    for adapter in ("A", "B"):
+        ours, theirs = (d / "adapters" / adapter / "adapter_model.safetensors" for d in (tmp_path / "run",
+                                                                                         tmp_path / "plain"))
+        assert ours.read_bytes() == theirs.read_bytes()
     rows = [r for r in read_jsonl(Path(small_cfg.output_dir) / "metrics.jsonl") if "crossplay/A>B" in r]
     assert [r["train/step"] for r in rows] == [0, 1, 2]
     for row in rows:

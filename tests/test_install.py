@@ -7,6 +7,8 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 LOCK = Path(__file__).parents[1] / "constraints.txt"
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)$")
 
@@ -56,6 +58,7 @@ def test_the_wheel_lists_every_package_of_the_source_tree():
     assert found <= listed, sorted(found - listed)
 
 
+@pytest.mark.long
 def test_a_wheel_installed_in_a_fresh_venv_runs_from_a_folder_with_no_source_tree(tmp_path, agon_cache):
     """Built with ``pip wheel``, installed without its dependencies into a new environment that reads the ones this
     environment already has (no index, no network): from an empty folder the console script composes the config

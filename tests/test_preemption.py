@@ -96,6 +96,7 @@ def _submitit_task(launch: Launch) -> psutil.Process:
     return found[0]
 
 
+@pytest.mark.long
 def test_a_submitit_cell_sent_sigterm_is_requeued_and_ends_as_the_uninterrupted_run(
         straight_chunked, agon_cache, tmp_path):
     """``hydra/launcher=local``: SIGTERM reaches the cell's process mid-evaluation; agon hands the job to submitit's

@@ -277,10 +277,11 @@ def straight_chunked(agon_cache, tmp_path_factory) -> Path:
     return run_dir
 
 
+# each evaluation once, with one chunk kept or two (the code that counts them is the same for every phase; six cases,
+# each phase at both counts, cost a minute of make test for nothing the three do not show)
 @pytest.mark.parametrize("point,phase,label,kept", [
-    ("eval_chunk_0:0", "start-0", "eval start", 1), ("eval_chunk_1:0", "start-0", "eval start", 2),
-    ("eval_chunk_0:2", "train-2", "eval step 2", 1), ("eval_chunk_1:2", "train-2", "eval step 2", 2),
-    ("eval_chunk_0:3", "final-3", "eval final", 1), ("eval_chunk_1:3", "final-3", "eval final", 2),
+    ("eval_chunk_1:0", "start-0", "eval start", 2), ("eval_chunk_0:2", "train-2", "eval step 2", 1),
+    ("eval_chunk_1:3", "final-3", "eval final", 2),
 ])
 def test_a_run_killed_during_an_evaluation_plays_only_the_chunks_not_done_and_ends_as_the_uninterrupted_run(
         point, phase, label, kept, straight_chunked, agon_cache, tmp_path):
@@ -342,6 +343,7 @@ def test_an_interrupted_two_cell_sweep_launched_again_runs_only_the_second_cell(
     assert steps(second) == [1, 2]
 
 
+@pytest.mark.long
 def test_a_sweep_launched_again_with_more_seeds_skips_its_finished_cells(agon_cache, tmp_path):
     """A cell's folder is named by its overrides alone: a grid of two values at seed=0, launched again with
     seed=0,1, finds its two finished cells where it left them (with Hydra's job number in the name, seed=0,1

@@ -87,6 +87,7 @@ def _paired_gain(rows: list[dict], orders: list[str]) -> tuple[float, float]:
     return _mean(gains), statistics.stdev(gains) / len(gains) ** 0.5
 
 
+@pytest.mark.long
 def test_training_raises_heldout_accuracy(agon_cache, tmp_path):
     """The default method (Agon) on the test world: 40 steps raise the cascade's held-out pass@1.
 

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import SMALL_RUN, TEST_WORLD
 
 
+@pytest.mark.long
 def test_the_2x2_multirun_writes_every_cell_and_prints_one_table(tmp_path, agon_cache):
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "agon.run", "-m", "reward=competitive,cooperative", "exchange=visible,hidden",

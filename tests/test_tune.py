@@ -54,6 +54,7 @@ def test_search_space_entries():
         distribution("a", "uniform(0, 1)")
 
 
+@pytest.mark.long
 def test_a_study_killed_during_its_second_trial_and_launched_again_ends_with_three_trials_the_first_kept(
         agon_cache, tmp_path):
     sweep = tmp_path / "study"
@@ -79,6 +80,7 @@ def test_a_study_killed_during_its_second_trial_and_launched_again_ends_with_thr
     assert (sweep / "optuna" / "importance.png").exists()
 
 
+@pytest.mark.long
 def test_two_workers_on_one_storage_run_disjoint_trials_and_neither_takes_or_fails_one_the_other_holds(
         agon_cache, tmp_path):
     """The first worker holds its trial (stopped in it) while the second runs the whole study, so both surely ran

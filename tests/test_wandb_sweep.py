@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from agon.records.recorder import Recorder
-from tests.wandb_records import CELLS, SEEDS, SWEEP_NAME, OfflineRun, offline_sweep
+from tests.wandb_records import CELLS, SEEDS, SWEEP_NAME, OfflineRun, shared_sweep
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, agon_cache):
-    return offline_sweep(tmp_path_factory.getbasetemp() / "wandb_sweep")
+    return shared_sweep(tmp_path_factory)
 
 
 def test_each_run_is_grouped_by_sweep_and_cell_and_tagged(sweep):

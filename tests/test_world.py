@@ -152,6 +152,7 @@ def test_a_reasoning_gym_world_warm_starts_on_the_datasets_own_worked_solutions(
         world._check_characters(factor, factor.train_problems(), tokenizer)
 
 
+@pytest.mark.long
 def test_a_reasoning_gym_dataset_gets_a_world_that_solves_some_of_it(agon_cache, tiny_base):
     """task=reasoning_gym on the offline model warm-starts on the dataset's own items: its base drafts some of the
     held-out items right, well above the arithmetic world's base, which never saw this prompt text."""

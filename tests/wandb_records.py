@@ -107,19 +107,36 @@ CELLS = ("exchange=hidden", "exchange=visible")
 SEEDS = (0, 1)
 
 
+def shared_sweep(tmp_path_factory: Any) -> Path:
+    """``offline_sweep`` in the folder every pytest-xdist worker of this session shares (the parent of a worker's
+    base temp), so that the test files reading it build it once between them, not once per worker."""
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    return offline_sweep((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "wandb_sweep")
+
+
 def offline_sweep(base: Path) -> Path:
     """``<base>/multirun/2026-12-01/09-00-00`` with the four runs of ``CELLS`` x ``SEEDS`` trained by ``agon.run``
     with ``logger=wandb`` offline (an interim evaluation and the diagnostic at each, so every panel has data). Built
-    once per ``base``: later calls find it done."""
+    once per ``base`` under a file lock: a second caller, in this process or another, waits and finds it done."""
+    import fcntl
+
+    sweep = Path(base) / "multirun" / SWEEP_NAME
+    sweep.mkdir(parents=True, exist_ok=True)
+    with open(Path(base) / "sweep.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (sweep / "done").exists():
+            _train_sweep(Path(base), sweep)
+    return sweep
+
+
+def _train_sweep(base: Path, sweep: Path) -> None:
     import os
 
     from agon.run import run
     from tests.conftest import SMALL_RUN, TEST_WORLD, compose_config
 
-    sweep = Path(base) / "multirun" / SWEEP_NAME
-    if (sweep / "done").exists():
-        return sweep
-    sweep.mkdir(parents=True, exist_ok=True)
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
     saved = {k: os.environ.get(k) for k in ("WANDB_MODE", "WANDB_SILENT", "WANDB_DIR", "WANDB_CONFIG_DIR",
                                             "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_API_KEY")}
@@ -142,4 +159,3 @@ def offline_sweep(base: Path) -> Path:
             else:
                 os.environ[k] = v
     (sweep / "done").write_text("")
-    return sweep

@@ -39,9 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # what the tests read: the packed results and the pages quoting them (tests/analysis/test_results.py), the sweeper,
-# the shipped bases
+# the shipped bases, the tools the tests load (the target-sum gate), the README whose commands tests compose
 COPIED = ("agon", "analysis", "conf", "sweeps", "tests", "pyproject.toml", "results", "docs", "hydra_plugins",
-          "bases")
+          "bases", "tools", "README.md")
 
 # the test files that cover each core module, fastest first (pytest stops at the first failure)
 TESTS = {
@@ -91,6 +91,15 @@ TESTS = {
     "analysis/figures.py": ["tests/analysis/test_analysis.py", "tests/analysis/test_pack.py"],
     "analysis/pack.py": ["tests/analysis/test_pack.py"],
     "analysis/callbacks.py": ["tests/analysis/test_analysis.py", "tests/test_sweep.py"],
+    # changed since round three, with round four's class tests beside each module's own
+    "agon/training/estimate.py": ["tests/test_setting_places.py", "tests/test_estimate.py", "tests/test_memory.py"],
+    "agon/training/memory.py": ["tests/test_memory.py", "tests/test_setting_places.py"],
+    "agon/training/checks.py": ["tests/test_setting_places.py", "tests/test_gates.py", "tests/test_config.py",
+                                "tests/test_sampling_settings.py"],
+    "agon/training/preflight.py": ["tests/test_gates.py", "tests/test_setting_places.py", "tests/test_preflight.py",
+                                   "tests/test_memory.py"],
+    "agon/records/recorder.py": ["tests/test_recorder.py", "tests/test_provenance.py", "tests/test_reuse_keys.py"],
+    "agon/tasks/codecontests.py": ["tests/tasks/test_interfaces.py", "tests/tasks/test_codecontests.py"],
 }
 
 
@@ -799,6 +808,11 @@ NAMED = [
            'if False:'),
 ]
 
+# round four's mutants, one file per class of blind spot (tools/mutants/<class>.json: the class's tests, the bugs they
+# close, each killed by its class's test file)
+MUTANT_FILES = sorted((ROOT / "tools" / "mutants").glob("*.json"))
+NAMED += [Mutant(**m) for path in MUTANT_FILES for m in json.loads(path.read_text())]
+
 # operator swaps: each site becomes exactly one mutant
 SWAPS = {
     ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
@@ -915,13 +929,14 @@ def _vllm_python() -> Path | None:
 
 
 def _markers() -> str:
-    """The fast tests, and the vLLM ones where vLLM can run (they fail, not skip, without it)."""
+    """The fast tests and the long ones (a test left out of make test for its time still guards its module), and the
+    vLLM ones where vLLM can run (they fail, not skip, without it)."""
     return "not slow and not gpu" + ("" if _vllm_python() else " and not vllm")
 
 
 # test files a mutation run never runs, whatever it is asked to: tests/test_mutation_tool.py fails whenever any edit
 # touches a line a named mutant patches (its job: keep the patches applicable), so it would "kill" every named
-# mutant for a reason that has nothing to do with behaviour (and the scratch copy has no tools/ to load)
+# mutant for a reason that has nothing to do with behaviour
 EXCLUDED = ("tests/test_mutation_tool.py",)
 
 

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     verdict = "passes" if passed else "FAILS"
     print(f"[gate] {verdict}: right-recap accuracy "
-          + ", ".join(f"{numbers[f'{t:g}']['right']['mean']:.3f} at {t:g}" for t in temperatures)
+          + ", ".join(f"{shown(numbers[f'{t:g}']['right']).split('±')[0]} at {t:g}" for t in temperatures)
           + f" against {args.min_right} ({args.out})")
     return 0 if passed else 1
 

@@ -216,9 +216,10 @@ RESOURCE_KEYS = {
 }
 
 
-def store_key(digest: str, cfg: Any, phase: str, step: int, n: int, samples: int) -> str:
+def store_key(digest: str, cfg: Any, phase: str, step: int, n: int, samples: int, world: int = 1) -> str:
     """Names one evaluation's parts: the adapters evaluated and everything that shapes what it samples (not the
-    engine's resources, ``RESOURCE_KEYS``)."""
+    engine's resources, ``RESOURCE_KEYS``), the number of processes ``world`` among them (it sizes the chunks, and
+    each rank seeds its own share of one)."""
     from omegaconf import OmegaConf
 
     shaping = {k: OmegaConf.to_container(cfg[k], resolve=True)
@@ -227,7 +228,7 @@ def store_key(digest: str, cfg: Any, phase: str, step: int, n: int, samples: int
         shaping["generation"].pop(key, None)  # type: ignore[union-attr]
     for key in RESOURCE_KEYS["vllm"]:
         shaping["generation"].get("vllm", {}).pop(key, None)  # type: ignore[union-attr]
-    blob = json.dumps([digest, shaping, cfg.seed, phase, step, n, samples], sort_keys=True, default=str)
+    blob = json.dumps([digest, shaping, cfg.seed, phase, step, n, samples, world], sort_keys=True, default=str)
     return f"{phase}-{step}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
 

@@ -6,7 +6,8 @@
     summary.json          final metrics, the method's axes, git commit, package versions (written atomically)
     run.log               agon's log lines with their time, appended by each launch (conf/hydra/job_logging)
     adapters/<name>/      each adapter at the end, in PEFT's format
-    checkpoints/step_N/   adapters, optimizers, RNGs and the data position; ``checkpoints/latest`` names the newest
+    checkpoints/step_N/   adapters, optimizers, RNGs, the data position and the config; ``checkpoints/latest``
+                          names the newest
     reeval/               what ``python -m agon.eval`` writes (the same files, plus crossplay.csv)
     .hydra/config.yaml    the composed config (Hydra writes it); ``.hydra/overrides.yaml`` the command line's overrides
 
@@ -36,6 +37,8 @@ SUMMARY = "summary.json"
 RUN_LOG = "run.log"
 ADAPTERS = "adapters"
 CHECKPOINTS = "checkpoints"
+# in each checkpoint: the resolved config of the run that wrote it (agon.run.check_checkpoint)
+CHECKPOINT_CONFIG = "config.json"
 # the committed chunks of an evaluation in progress (agon.game.cascade.PartStore), removed once it is logged
 EVAL_PARTS = "eval_parts"
 # the W&B run's id, so that a resumed run logs into the same W&B run

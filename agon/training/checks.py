@@ -297,6 +297,8 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.temperature={t.temperature} must be > 0 (sampling is required for GRPO groups)")
     if e.temperature <= 0:
         raise ConfigError(f"eval.temperature={e.temperature} must be > 0")
+    if cfg.model.temperature <= 0:  # the model card's, which trainer and eval read unless set apart
+        raise ConfigError(f"model.temperature={cfg.model.temperature} must be > 0")
     if t.epsilon <= 0 or (t.epsilon_high is not None and t.epsilon_high <= 0):
         raise ConfigError("trainer.epsilon and trainer.epsilon_high must be > 0")
     if e.every < 0:

@@ -23,6 +23,10 @@ reaches it: Agon's final traces in the paper average 3.5k of 16k tokens (0.21; G
 ``--late-fraction 0.5``), and with a few percent of late traces cut at the budget a call of 128 rows holds one. A
 cell's lengths fall linearly from early at step 0 to late at ``SETTLE`` of its steps (half), then stay late.
 
+An evaluation scores the held-out split (``task.heldout_size``) cut to ``eval.n_problems`` (an interim one further to
+``eval.interim_problems``), in chunks, and with ``eval.diagnostic`` plays the diagnostic's calls after it on the same
+problems (``diagnostic_calls``, never streamed).
+
 Besides generation a step scores its completions, forward and backward (``per_scored_token``, ``per_pass`` per
 micro-batch), grades them (``per_completion``), and republishes each adapter it trained to an engine that holds a copy
 (``per_publish``: vLLM). Left out on purpose: checkpoints, logging, the optimizer's step (small beside the rest),
@@ -42,7 +46,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 # the probe: new tokens of a timed call, its rows at most, its long prompts' tokens at most, and how often each timed
@@ -146,9 +150,14 @@ def static_seconds(c: Costs, s: Stage, batch_tokens: int) -> float:
 
 
 def stage_seconds(c: Costs, s: Stage, batch_tokens: int) -> float:
+    """One stage's call (or calls) at the token budget of its calls (``trainer.`` or ``eval.generation_batch_tokens``):
+    ``hf`` cuts its calls by it, and ``hf_continuous``'s paged cache holds it."""
     if s.rows <= 0:
         return 0.0
-    return static_seconds(c, s, batch_tokens) if c.static else continuous_seconds(c, [s], s.lengths.longest)
+    if c.static:
+        return static_seconds(c, s, batch_tokens)
+    return continuous_seconds(replace(c, capacity=float(batch_tokens)) if c.engine == "hf_continuous" else c, [s],
+                              s.lengths.longest)
 
 
 def chain(drafts: Lengths, answers: Lengths) -> float:
@@ -189,6 +198,27 @@ class Plan:
     micro_batch_size: int | None
     # forward-and-backward passes per update (a forward alone counted as a third of one)
     passes: float
+    # the diagnostic at every evaluation (eval.diagnostic): samples per problem (0: none), and its calls per sample
+    # row, drafts on the plain prompt and answers on the challenge's (``diagnostic_calls``)
+    diagnostic: int = 0
+    diagnosed: tuple[int, int] = (0, 0)
+
+
+def diagnostic_calls(cfg: Any) -> tuple[int, int]:
+    """(drafts, answers): the diagnostic's calls per sample row (``agon.game.diagnostic.diagnose``), each a call of
+    its own. A draft by every adapter and the base; an answer by every pair of them (cross-play), then by each
+    challenger after its rival's recap (the cross-play's own call where the exchange is visible), a correct and a
+    wrong one (a task with worked solutions; the wrong one counted on every row, an upper bound) and none, and under
+    ``latent`` the same three as prefixes."""
+    from agon.core.methods import get_method
+    from agon.tasks import Task, load_task_kind
+
+    players = len(get_method(cfg.method.name).adapters) + 1
+    kind = load_task_kind(str(cfg.task.kind))
+    worked = kind is None or kind.worked_solution is not Task.worked_solution
+    latent = cfg.exchange.mode == "latent"
+    conditions = (cfg.exchange.mode != "visible") + 2 * worked + 1 + latent * (2 * worked + 1)
+    return players, players * players + players * conditions
 
 
 def plan(cfg: Any, prompt: float, challenge: float, streams: bool = False, world: int = 1) -> Plan:
@@ -199,6 +229,13 @@ def plan(cfg: Any, prompt: float, challenge: float, streams: bool = False, world
 
     t, e = cfg.trainer, cfg.eval
     method = get_method(cfg.method.name)
+
+    def size(phase: str) -> tuple[int, int]:
+        """(problems, samples) as the trainer scores them: the held-out split cut to eval.n_problems, then to the
+        phase's size."""
+        problems, samples = eval_size(e, phase)
+        return min(problems, e.n_problems, cfg.task.heldout_size), samples
+
     trains = bool(method.trains and cfg.method.train and t.max_steps > 0)
     turn = method.turn(cfg.rotation.mode, 0) if trains else None
     trained = {p for p in (turn.drafter, turn.challenger) if isinstance(p, str)} if turn else set()
@@ -207,13 +244,15 @@ def plan(cfg: Any, prompt: float, challenge: float, streams: bool = False, world
         streamed=bool(streams and cfg.generation.stream), step_rows=t.prompts_per_step * t.num_generations / world,
         step_stages=0 if turn is None else 1 if turn.challenger is False else 2, trained=len(trained),
         chained=not hidden, budget=t.max_new_tokens, batch_tokens=t.generation_batch_tokens,
-        eval_budget=e.max_new_tokens, eval_batch_tokens=e.generation_batch_tokens, full=eval_size(e, "final"),
-        interim=eval_size(e, "train"), chunk=-(-max(e.chunk_problems, world) // world) * world,
+        eval_budget=e.max_new_tokens, eval_batch_tokens=e.generation_batch_tokens, full=size("final"),
+        interim=size("train"), chunk=-(-max(e.chunk_problems, world) // world) * world,
         plays=tuple(1 if answerer is False else 2 for _, answerer in method.evaluation(cfg.rotation.mode).plays),
         world=world, steps=t.max_steps if trains else 0, every=e.every, at_start=e.at_start, prompt=prompt,
         challenge=prompt if hidden else challenge, scoring_batch_tokens=t.scoring_batch_tokens,
         solo_row_tokens=t.solo_row_tokens, micro_batch_size=t.micro_batch_size,
-        passes=t.num_iterations + (t.num_iterations > 1) / 3 + (t.beta != 0) / 3)
+        passes=t.num_iterations + (t.num_iterations > 1) / 3 + (t.beta != 0) / 3,
+        diagnostic=e.diagnostic_samples if e.diagnostic else 0,
+        diagnosed=diagnostic_calls(cfg) if e.diagnostic else (0, 0))
 
 
 def update_seconds(p: Plan, c: Costs, lengths: Lengths) -> float:
@@ -253,7 +292,8 @@ def step_seconds(p: Plan, c: Costs, lengths: Lengths, streamed: bool | None = No
 
 
 def eval_seconds(p: Plan, c: Costs, lengths: Lengths, size: tuple[int, int], streamed: bool | None = None) -> float:
-    """One evaluation of ``size`` (problems, samples): every play of every chunk, two stages where a play answers."""
+    """One evaluation of ``size`` (problems, samples): every play of every chunk, two stages where a play answers,
+    and the diagnostic's calls where the plan has it."""
     streamed = p.streamed if streamed is None else streamed
     problems, samples = size
     chunks = [min(p.chunk, problems - i) for i in range(0, problems, p.chunk)]
@@ -273,6 +313,12 @@ def eval_seconds(p: Plan, c: Costs, lengths: Lengths, size: tuple[int, int], str
                 generation += stage_seconds(c, Stage(rows, p.prompt, lengths), p.eval_batch_tokens)
                 if stages == 2:
                     generation += stage_seconds(c, Stage(rows, p.challenge, lengths), p.eval_batch_tokens)
+    if p.diagnostic:  # after the evaluation, on its problems, a call per player and condition (one process)
+        rows = problems * p.diagnostic
+        drafts, answers = p.diagnosed
+        generation += drafts * stage_seconds(c, Stage(rows, p.prompt, lengths), p.eval_batch_tokens)
+        generation += answers * stage_seconds(c, Stage(rows, p.challenge, lengths), p.eval_batch_tokens)
+        completions += rows * (drafts + answers)
     return generation + c.per_completion * completions
 
 

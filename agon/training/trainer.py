@@ -35,7 +35,8 @@ from typing import Any, Callable
 import torch
 
 from agon.records import run_files
-from agon.game.cascade import EvalResult, PartStore, eval_size, evaluate, store_key
+from agon.game.cascade import EvalResult, PartStore, eval_size, evaluate, forked_rng, store_key
+from agon.core.config import to_plain
 from agon.core.distributed import Ranks
 from agon.engines import Engine, Sampling, build_engine
 from agon.core.grpo import is_extreme, masked_mean, merge_stats, policy_loss, sampler_correction, sampler_mismatch
@@ -375,7 +376,8 @@ class Trainer:
         # its chunks committed as they finish, kept until the next checkpoint: a run killed during it, or sent back
         # to the checkpoint before it, plays only what was not done
         store = PartStore(self.run_dir / run_files.EVAL_PARTS,
-                          store_key(self.policies.digest(), self.cfg, phase, step, len(problems), samples), self.ranks)
+                          store_key(self.policies.digest(), self.cfg, phase, step, len(problems), samples,
+                                    self.ranks.world), self.ranks)
         result = evaluate(self.policies, self.task, self.cfg, problems, step, phase, self.ranks, self.engine,
                           samples=samples, progress=progress, store=store, log=self.log,
                           on_chunk=lambda i: pause_point(f"eval_chunk_{i}", step))
@@ -384,7 +386,9 @@ class Trainer:
         if self.cfg.eval.diagnostic:
             from agon.game.diagnostic import diagnose
 
-            result.metrics.update(diagnose(self.policies, self.task, self.cfg, problems, self.engine))
+            # its draws are its own (as the evaluation's are): turning the diagnostic on never moves training's
+            with forked_rng():
+                result.metrics.update(diagnose(self.policies, self.task, self.cfg, problems, self.engine))
         game = next(iter(result.games.values()))
         self.recorder.log_rollouts(
             [{"phase": phase, **row} for row in self._eval_sample_rows(game)], self.state.step, mirror=True)
@@ -489,6 +493,8 @@ class Trainer:
             tmp = root / f".tmp-step_{self.state.step}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
+            # the run's config: a launch of another configuration does not train on from it (run.check_checkpoint)
+            run_files.write_json_atomic(tmp / run_files.CHECKPOINT_CONFIG, to_plain(self.cfg))
             self.policies.save_adapters(tmp)
             pause_point("checkpoint", self.state.step)
             torch.save({

@@ -12,12 +12,12 @@ import wandb_workspaces.reports.v2 as wr
 from wandb_workspaces.reports.v2 import internal
 
 import analysis.dashboard as dashboard
-from tests.wandb_records import CELLS, SEEDS, SWEEP_NAME, OfflineRun, offline_sweep
+from tests.wandb_records import CELLS, SEEDS, SWEEP_NAME, OfflineRun, shared_sweep
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, agon_cache):
-    return offline_sweep(tmp_path_factory.getbasetemp() / "wandb_sweep")
+    return shared_sweep(tmp_path_factory)
 
 
 @pytest.fixture(autouse=True)

@@ -29,6 +29,9 @@ from matplotlib.text import Text
 import analysis.figures as figures
 from analysis import load_runs
 
+# every figure of two packed sweeps drawn and rendered (about 45 s of a core): make test-long, which CI runs
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = [ROOT / "results" / "products", ROOT / "results" / "exchange"]
 MAX_WIDTH_IN = 7.0

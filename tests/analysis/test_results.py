@@ -10,14 +10,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from analysis import load_runs
-from analysis.claims import CLAIMS, DESCRIPTION, claims_markdown, claims_table
-from analysis.paired import eval_curve, on_smallest_design, recap_kind, write_paired
+from analysis.claims import CLAIMS, DESCRIPTION, claims_markdown, claims_table, verdict, welch_interval
+from analysis.paired import (arm_outcomes, budget_table, eval_curve, on_smallest_design, recap_kind,
+                             runs_with_outcomes, write_paired)
 from analysis.patterns import solutions, write_patterns
-from analysis.tables import final_rows, write_tables
+from analysis.tables import final_rows, paper_reference, two_generations, two_generations_markdown, write_tables
 
 REPO = Path(__file__).resolve().parents[2]
 # results/runs/ is where sweeps write on this machine (ignored by git); a *_pilot directory is a pilot's runs
@@ -88,6 +90,10 @@ def test_the_target_sum_pick_runs_curve_is_what_its_packed_run_gives():
     page = " ".join((REPO / "docs" / "results.md").read_text().split())
     assert f"step 0 is {100 * one[0]:.1f}% and step 250 {100 * one[250]:.1f}%, " \
            f"{100 * (one[250] - one[225]):.1f} points above step 225" in page
+    # the first 100 steps' gain, on that one design (step 100 is an interim point, as logged)
+    assert one[100] == pytest.approx(curve[100])
+    assert f"On one design (the first 100 problems x 4 samples, below) it gains {100 * (one[100] - one[0]):.1f} " \
+           "points in its first 100 steps" in page
     # the step count was fixed (b0e22c0, its time as the page states it) between step 175's evaluation and 200's
     logged = {m.group(2): m.group(1) for m in re.finditer(r"\[2026-12-04 ([0-9:]{8}),\d+\].*eval step (\d+):",
                                                          (REPO / "results" / "target_sum_pick" /
@@ -306,7 +312,8 @@ def test_the_target_sum_studys_prose_is_what_its_records_give():
                   for w in who) / len(who)
         by_arm.setdefault(run["experiment"], []).append(f"{100 * gap:+.1f}")
     seeds = {arm: ", ".join(v[:-1]) + " and " + v[-1] for arm, v in by_arm.items()}
-    assert f"wrong minus no recap is {seeds['grpo'].replace('+', '')} points for GRPO, {seeds['agon']} for Agon" in page
+    grpo = seeds["grpo"].replace("+", "")
+    assert f"wrong minus no recap is {grpo} points for GRPO, {seeds['agon']} for Agon" in page
     assert f"and {seeds['cooperative'].replace('+', '')} for the cooperative arm" in page
     assert f"The steps alone took {runs['time/train_s'].sum() / 3600:.1f} hours over the nine runs" in page
     # the claims' commit (its time as the page states it) came before the first launch of any run (run.log)
@@ -318,3 +325,229 @@ def test_the_target_sum_studys_prose_is_what_its_records_give():
                                                                    for arm in ("agon", "cooperative")]
     assert f"(seed 0 of Agon and of cooperative at {first[11:]}, the first line of each run's packed `run.log`" in page
     assert f"the wall hours recorded add up to {runs['time/total_s'].sum() / 3600:.1f}" in page
+    # GRPO's adapter against Agon's drafts alone (both at the final evaluation, 300 x 16)
+    grpo = runs[runs["experiment"] == "grpo"]["eval/accuracy"].mean()
+    drafts = agon[["eval/solo_acc_A", "eval/solo_acc_B"]].mean(axis=1).mean()
+    assert f"GRPO's one adapter ends {100 * (grpo - drafts):.1f} points above Agon's drafts alone " \
+           f"({100 * grpo:.1f}% against {100 * drafts:.1f}%)" in page
+
+
+def _flat(text: str) -> str:
+    """A page's text with its wrapping undone: the prose wraps anywhere."""
+    return " ".join(text.split())
+
+
+def _readme_results() -> str:
+    """The README's "Results in one paragraph", unwrapped."""
+    readme = (REPO / "README.md").read_text()
+    return _flat(readme.split("## Results in one paragraph", 1)[1].split("\n## ", 1)[0])
+
+
+def test_the_target_sum_studys_answers_at_two_generations_are_what_its_diagnostic_gives():
+    """The study at equal generations per answer (written after its runs): the table of the diagnostic's cross-play
+    (``analysis.tables.two_generations``) as drawn, each of its values worked out here from the logged keys, and
+    the prose's differences: GRPO's adapter after its own recap against Agon's cascade (Welch over seeds), reading
+    the rival's recap against one's own, and GRPO's self-cascade over its own drafts."""
+    data = load_runs(REPO / "results" / "target_sum")
+    page, readme = _flat((REPO / "docs" / "results.md").read_text()), _readme_results()
+    frame = two_generations(data)
+    assert two_generations_markdown(frame).strip() in (REPO / "docs" / "results.md").read_text()
+    # each value from the logged keys: the cascade (a challenger reads its rival's recap), the self-cascade (its
+    # own), and the drafts' share right (the rival's drafts, from the split of the rounds by them)
+    diagnosed = data.steps.dropna(subset=["recap/n_wrong"]).set_index(["run_id", "train/step"])
+    assert frame.groupby("run_id")["step"].agg(["min", "max"]).eq([0, 200]).all().all()
+    method = data.runs.set_index("run_id")["method"]
+    for _, row in frame.iterrows():
+        logged = diagnosed.loc[(row["run_id"], row["step"])]
+        who = "A" if method[row["run_id"]] == "grpo" else "AB"
+        rival = {"A": "B", "B": "A"} if who == "AB" else {"A": "A"}
+        if row["answer"] == "drafts":
+            shares = [(logged[f"recap/{c}/rival"] - logged[f"recap/{c}/rival_wrong"])
+                      / (logged[f"recap/{c}/rival_right"] - logged[f"recap/{c}/rival_wrong"]) for c in who]
+            expected = sum(shares) / len(shares)
+        else:
+            orders = [f"{rival[c]}>{c}" if row["answer"] == "rival" else f"{c}>{c}" for c in who]
+            expected = sum(logged[f"crossplay/{o}"] for o in orders) / len(orders)
+        assert row["value"] == pytest.approx(expected), (row["run_id"], row["step"], row["answer"])
+    final = frame[frame["step"] == 200]
+
+    def seeds(arm: str, answer: str) -> np.ndarray:
+        rows = final[final["run_id"].str.contains(f"experiment={arm},") & (final["answer"] == answer)]
+        assert len(rows) == 3
+        return rows.sort_values("seed")["value"].to_numpy()
+
+    grpo, agon = seeds("grpo", "own"), seeds("agon", "rival")
+    assert frame[frame["run_id"].str.contains("grpo")]["answer"].isin(["drafts", "own"]).all()
+    diff, low, high = welch_interval(grpo, agon)
+    assert f"GRPO's adapter after its own recap is {100 * diff:.1f} points above Agon's cascade " \
+           f"({100 * grpo.mean():.1f}% against {100 * agon.mean():.1f}%; Welch's interval over seeds " \
+           f"[{100 * low:+.1f}, {100 * high:+.1f}])" in page
+    assert f"At equal generations per answer GRPO's adapter is {100 * diff:.1f} points ahead" in page
+    assert f"GRPO's adapter answering its own recap is {100 * diff:.1f} points ahead of Agon's cascade (post hoc)" \
+           in readme
+    own, cooperative = seeds("agon", "own"), seeds("cooperative", "rival")
+    gain = agon - own
+    assert f"Agon's adapters after their own recaps are at {100 * own.mean():.1f}% and the cooperative cascade at " \
+           f"{100 * cooperative.mean():.1f}%: reading the rival's recap instead of one's own adds " \
+           f"{100 * gain.mean():.1f} points ({100 * gain.min():.1f} to {100 * gain.max():+.1f} by seed)" in page
+    drafts = seeds("grpo", "drafts")
+    assert f"ends {100 * (grpo.mean() - drafts.mean()):.1f} points above its own drafts when it answers its own " \
+           f"recap ({100 * grpo.mean():.1f}% against {100 * drafts.mean():.1f}%" in page
+
+
+def test_the_target_sum_studys_bounds_and_what_its_verdicts_lean_on_are_what_its_claims_give():
+    """The study's prose around its claims: what the between-arm intervals rule out (their upper ends as shares of
+    the other arm's errors, against the paper's), the cascade's lead before training and in the other arms, the
+    within-run verdicts on Agon's own seeds (``paired.md``) and what sets the dead-end claim's interval."""
+    from scipy import stats
+
+    data = load_runs(REPO / "results" / "target_sum")
+    page, readme = _flat((REPO / "docs" / "results.md").read_text()), _readme_results()
+    claims = claims_table(data.runs, evals=data.evals).set_index("claim")
+    runs = data.runs.set_index("experiment")
+    paper = {arm: paper_reference(runs.loc[arm].iloc[0])[0] for arm in ("agon", "cooperative", "grpo")}
+    assert paper == {"agon": 0.61, "cooperative": 0.46, "grpo": 0.30}
+    # Agon against GRPO and against cooperative at step 200: the upper ends, at 95% and family-wise
+    bounds = {}
+    for claim, other in (("Agon (competitive, visible) beats vanilla GRPO", "grpo"),
+                         ("competitive beats cooperative (visible exchange)", "cooperative")):
+        row = claims.loc[claim]
+        assert row["verdict"] == row["fw_verdict"] == "unresolved"
+        errors = 1 - row["right_mean"]
+        share = (paper["agon"] - paper[other]) / (1 - paper[other])
+        bounds[other] = (f"{100 * row['ci_high']:.1f}", f"{100 * row['ci_high'] / errors:.0f}%",
+                         f"{100 * share:.0f}%", f"{100 * row['fw_high']:.1f}", f"{100 * row['fw_high'] / errors:.0f}%")
+        assert row["ci_high"] / errors < share  # at 95% the paper's size is ruled out on both
+        assert (row["fw_high"] / errors < share) == (other == "grpo")  # family-wise on GRPO alone
+    g, c = bounds["grpo"], bounds["cooperative"]
+    assert f"Agon is at most {g[0]} points above GRPO, {g[1]} of GRPO's errors, where the paper's 61% against 30% " \
+           f"removes {g[2]} of them (family-wise at most {g[3]} points, {g[4]})" in page
+    assert f"Agon is at most {c[0]} points above cooperative, {c[1]} of cooperative's errors, where the paper's " \
+           f"61% against 46% removes {c[2]} of them. Family-wise the bound is {c[3]} points, {c[4]}, which does not " \
+           "rule out the paper's size" in page
+    assert f"Agon is at most {g[0]} points above GRPO, {g[1]} of GRPO's errors, where the paper's 61% vs 30% " \
+           f"removes {g[2]}, and at most {c[0]} above cooperative, {c[1]} of its errors against the paper's " \
+           f"{c[2]}" in readme
+    # every arm within 1.5 points of the others at equal steps and at equal tokens, none resolved
+    budget = budget_table(data.steps, data.runs, evals=data.evals)
+    differences = budget[budget["kind"] == "difference"]
+    assert len(differences) == 6 and (differences["low"] < 0).all() and (differences["high"] > 0).all()
+    assert f"The arms end within {100 * differences['value'].abs().max():.1f} points of each other at equal " \
+           "steps and at equal tokens" in page
+    # the cascade's lead over its drafts: before training, and in the cooperative arm (paired.md's per-arm rows)
+    arms = arm_outcomes(runs_with_outcomes(data.runs, data.evals)).set_index(["cell_key", "metric"])
+    key = {arm: runs.loc[arm, "cell_key"].iloc[0] for arm in ("agon", "cooperative")}
+    lead = {arm: arms.loc[(key[arm], "paired/cascade_minus_solo")] for arm in key}
+    start = arms.loc[(key["agon"], "paired/cascade_minus_solo_at_start")]["mean"]
+    assert f"the untrained base's cascade led its drafts by {100 * start:.1f} points, the cooperative arm's " \
+           f"ends {100 * lead['cooperative']['mean']:.1f} points above its drafts" in page
+    assert f"The cascade's {100 * lead['agon']['mean']:.1f}-point lead over its own drafts, the one claim that " \
+           f"holds family-wise, was built in before training ({100 * start:.1f} points, which training " \
+           "shrank)" in readme
+    # the claim that training widens the lead, on Agon's own seeds: unresolved, by how much it misses
+    change = arms.loc[(key["agon"], "paired/cascade_minus_solo_change")]
+    widens = claims.loc["Agon's training widens its cascade's lead over its own drafts (change since the start)"]
+    assert widens["verdict"] == "reversed" and widens["pooled_df"] == 4
+    assert verdict("greater", change["low"], change["high"], min_effect=widens["min_effect"]) == "unresolved"
+    assert f"on Agon's own three seeds (`paired.md`) the interval is [{100 * change['low']:+.1f}, " \
+           f"{100 * change['high']:+.1f}], unresolved (its upper end misses the 1-point minimum effect by " \
+           f"{100 * (change['high'] + widens['min_effect']):.1f})" in page
+    # the dead-end claim: the SD is the floor either way, the widest run sets the interval, and the t quantile at
+    # Agon's own df 2 widens it past 0
+    gap = claims.loc["After a dead-end recap Agon's challenger converts less often than after an extendable one"]
+    assert gap["verdict"] == "holds" and gap["pooled_df"] == 4 and gap["pooled_sd"] == gap["eval_floor"]
+    own = runs_with_outcomes(data.runs, data.evals).set_index("experiment").loc["agon"]
+    halves = stats.t.ppf(0.975, own["paired/conversion_gap_df"]) * own["paired/conversion_gap_se"]
+    widest = own["seed"].iloc[int(np.argmax(halves))]
+    t4, t2 = stats.t.ppf(0.975, 4), stats.t.ppf(0.975, 2)
+    pooled, alone = t4 * gap["pooled_sd"] / 3 ** 0.5, t2 * gap["pooled_sd"] / 3 ** 0.5
+    assert gap["ci_high"] - gap["difference"] == pytest.approx(halves.max()) and pooled < halves.max() < alone
+    by_own = arms.loc[(key["agon"], "paired/conversion_gap")]
+    assert by_own["low"] < 0 and by_own["low"] == pytest.approx(gap["difference"] - alone)
+    at_start = arms.loc[(key["agon"], "paired/conversion_gap_at_start")]["mean"]
+    assert f"it was {100 * at_start:+.1f} at the start, before training" in page
+    assert f"through the t quantile, not the SD: the SD is the evaluation floor, {100 * gap['pooled_sd']:.1f} " \
+           f"points, either way. Pooled over both arms (df 4, t = {t4:.2f}) the seeds' half-width, t x " \
+           f"{100 * gap['pooled_sd']:.1f} / √3 = {100 * pooled:.1f}, is below the widest single run's (seed " \
+           f"{widest}'s, ±{100 * halves.max():.1f}), so the interval is that run's" in page
+    assert f"On Agon's own seeds (df 2, t = {t2:.2f}) the half-width is {100 * alone:.1f}, and the interval, " \
+           f"[{100 * by_own['low']:+.1f}, {100 * by_own['high']:+.1f}] in `paired.md`, includes 0" in page
+    # the main table's trace tokens: the gap to GRPO was there at the start; the change since then is the claim's
+    traces = claims.loc["Agon's traces get shorter than GRPO's (change since the start)"]
+    at = {arm: runs.loc[arm, "eval/final_trace_tokens_at_start"].mean() for arm in ("agon", "grpo")}
+    assert f"was there before training: {at['agon']:.1f} tokens against {at['grpo']:.1f} at the start. Since the " \
+           f"start Agon's traces changed by {traces['left_mean']:.2f} tokens and GRPO's by " \
+           f"{traces['right_mean']:.2f}" in page
+
+
+def test_the_target_sum_studys_equal_tokens_reading_and_when_it_changed_are_what_its_records_give():
+    """The comparison at equal tokens was put on one design after seed 0's runs had finished: the time of that
+    commit (110f948) against the runs' logs, and the comparison read the old way (each curve as logged) on seed 0
+    and on all three seeds, beside the reading on one design."""
+    data = load_runs(REPO / "results" / "target_sum")
+    page = _flat((REPO / "docs" / "results.md").read_text())
+    ends = {log.parent.name: re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", log.read_text(), re.M)[-1]
+            for log in (REPO / "results" / "target_sum").glob("*seed=0/run.log")}
+    last = max(ends, key=ends.get)
+    assert len(ends) == 3 and last == "experiment=grpo,seed=0" and ends[last] < "2026-12-04 22:35:23"
+    assert f"110f948 (22:35:23 UTC), which puts every curve on one design, was committed after the last seed-0 run " \
+           f"had finished (GRPO's, {ends[last][11:]} in its `run.log`)" in page
+
+    def agon_minus_grpo(runs: pd.DataFrame, one_design: bool) -> pd.Series:
+        budget = budget_table(data.steps, runs, evals=data.evals if one_design else None)
+        return budget[(budget["x"] == "train/generated_tokens") & (budget["kind"] == "difference")
+                      & budget["left"].str.contains("competitive") & (budget["right"].str.startswith("method=grpo"))
+                      ].iloc[0]
+
+    seed0 = data.runs[data.runs["seed"] == 0]
+    old, new = agon_minus_grpo(seed0, False), agon_minus_grpo(seed0, True)
+    old3, new3 = agon_minus_grpo(data.runs, False), agon_minus_grpo(data.runs, True)
+    assert old3["mixed"] > 0 and new3["mixed"] == 0 and new3["value"] > old3["value"]
+    assert f"Read that old way Agon − GRPO is {100 * old['value']:.1f} points on seed 0 " \
+           f"({100 * new['value']:+.1f} on one design) and {100 * old3['value']:.1f} [{100 * old3['low']:+.1f}, " \
+           f"{100 * old3['high']:+.1f}] over the three seeds, against {100 * new3['value']:+.1f} " \
+           f"[{100 * new3['low']:+.1f}, {100 * new3['high']:+.1f}] above" in page
+
+
+def test_the_target_sum_gate_and_wrong_recap_numbers_the_page_and_readme_quote_are_their_records():
+    """The gate of the study's base, as its report records it (docs/target-sum-base-2026-12-04.json, the whole
+    held-out split at the evaluation's temperature), and the diagnostic's wrong recap against none at step 200."""
+    import json
+
+    report = json.loads((REPO / "docs" / "target-sum-base-2026-12-04.json").read_text())
+    gate = {k: v["mean"] for k, v in report["gate_300x4"]["by_temperature"]["1"].items() if isinstance(v, dict)}
+    page, readme = _flat((REPO / "docs" / "results.md").read_text()), _readme_results()
+    assert f"(`bases/{report['base']}`" in page and report["gate_300x4"]["problems"] == 300
+    assert f"it is right {100 * gate['right']:.1f}% of the time after a right recap, {100 * gate['dead_end']:.1f}% " \
+           f"after a dead end, {100 * gate['extendable']:.1f}% after an extendable one, {100 * gate['solo']:.1f}% " \
+           f"alone and {100 * gate['cascade']:.1f}% as its own untrained cascade" in page
+    cost = gate["solo"] - gate["dead_end"]
+    assert f"after a dead end it is {100 * cost:.1f} points below its own accuracy alone" in page
+    assert f"it is right {100 * gate['right']:.0f}% of the time after a right recap, but " \
+           f"{100 * gate['dead_end']:.1f}% after a dead end against {100 * gate['solo']:.1f}% alone, so a wrong " \
+           f"recap costs it {100 * cost:.0f} points" in readme
+    # at step 200: wrong recap minus none, each arm's challengers averaged, then the seeds
+    data = load_runs(REPO / "results" / "target_sum")
+    last = data.steps[data.steps["train/step"] == 200].set_index("run_id")
+    gaps = {}
+    for _, run in data.runs.iterrows():
+        who = ["A"] if run["method"] == "grpo" else ["A", "B"]
+        gaps.setdefault(run["experiment"], []).append(np.mean(
+            [last.loc[run["run_id"], f"recap/{w}/wrong"] - last.loc[run["run_id"], f"recap/{w}/none"] for w in who]))
+    gap = {arm: 100 * float(np.mean(v)) for arm, v in gaps.items()}
+    assert abs(gap["agon"]) < 0.05 and gap["grpo"] < gap["cooperative"] < 0
+    level = {(arm, k): 100 * float(np.mean([last.loc[r, [c for c in last.columns if c.startswith("recap/")
+                                                          and c.endswith(f"/{k}") and "base" not in c]].mean()
+                                            for r in data.runs[data.runs["experiment"] == arm]["run_id"]]))
+             for arm in gaps for k in ("wrong", "none")}
+    assert f"After a wrong recap it is {-gap['grpo']:.1f} points below its own accuracy with no recap " \
+           f"({level['grpo', 'wrong']:.1f}% against {level['grpo', 'none']:.1f}%); Agon's challengers are not below " \
+           f"theirs ({level['agon', 'wrong']:.1f}% and {level['agon', 'none']:.1f}%), the cooperative arm's are " \
+           f"{-gap['cooperative']:.1f} points below ({level['cooperative', 'wrong']:.1f}% and " \
+           f"{level['cooperative', 'none']:.1f}%)" in page
+    assert f"its challengers are as accurate after a wrong recap as with none, where GRPO's adapter loses " \
+           f"{-gap['grpo']:.1f} points: post hoc, and not separated from cooperative's ({-gap['cooperative']:.1f})" \
+           in readme
+    runs = data.runs.set_index("experiment")
+    assert f"Agon against GRPO ({100 * runs.loc['agon', 'eval/accuracy'].mean():.1f}% vs " \
+           f"{100 * runs.loc['grpo', 'eval/accuracy'].mean():.1f}%)" in readme
