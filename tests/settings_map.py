@@ -307,7 +307,7 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "eval.generation_batch_tokens": (_BUDGETS,),
     "eval.at_start": (_SCHEDULE,),
     "eval.chunk_problems": (
-        "tests/test_resume.py::"
+        "tests/test_resume_chunks.py::"
         "test_a_run_killed_during_an_evaluation_plays_only_the_chunks_not_done_and_ends_as_the_uninterrupted_run",),
     "eval.diagnostic": ("tests/test_eval.py::"
                         "test_a_run_logs_the_diagnostic_at_every_evaluation_and_trains_as_it_does_without_it",),

@@ -30,6 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -131,6 +132,7 @@ def _rank_main(directory: Path, overrides: list[str]) -> None:
 # --- the test -----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_every_collective_of_a_run_is_served_by_the_gpu_group_and_waits_the_configured_timeout(agon_cache,
                                                                                                  tmp_path):
     from agon.core.config import TrainerConfig

@@ -139,6 +139,7 @@ def test_the_paper_preset_without_vllm_fails_in_one_line_naming_the_engine_the_i
     assert "hub" not in done.stdout and not (tmp_path / "models").exists()  # nothing probed, nothing built
 
 
+@pytest.mark.long
 def test_with_the_opt_in_the_paper_preset_runs_on_its_fallback_and_says_how_long_it_will_take(tmp_path, agon_cache):
     """The same preset on the test world at a small budget, the slow engine accepted: it samples with
     transformers' continuous batching and prints the estimate before its first step."""

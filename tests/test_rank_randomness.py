@@ -14,6 +14,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
@@ -23,6 +24,7 @@ from tests.test_distributed import launch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.long
 def test_each_rank_draws_its_own_samples_at_start_in_evaluation_and_after_a_resume(agon_cache, tmp_path):
     """Catches every rank seeded or restored as rank 0 (the run's seeding, an evaluation chunk's seed, the RNG
     state a checkpoint gives back): the two ranks' first draws differ; their completions of one problem (each rank

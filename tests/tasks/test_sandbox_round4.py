@@ -110,6 +110,7 @@ def test_stdin_is_a_read_only_regular_file_holding_exactly_the_input(sandbox):
     assert res.status == "ok" and res.stdout.split() == ["True", "7", "refused"], res
 
 
+@pytest.mark.long
 def test_a_program_at_ninety_percent_of_its_cpu_budget_passes_twenty_runs_while_the_other_core_is_busy(sandbox):
     """CPU time judged by the exact clock: the kernel's per-process limit samples ticks (3-35% ahead of the exact
     time here), so it is only a backstop above the budget, and the run's exact total (its cgroup's) decides."""
