@@ -24,7 +24,8 @@ from agon.core.preemption import EXIT_CODE
 from agon.records import run_files
 from tests.conftest import TEST_WORLD
 from tests.test_engines import VLLM
-from tests.test_resume import CHUNKED, FINISH_S, REACH_S, Launch, records, straight_chunked, summary  # noqa: F401
+from tests.test_resume import FINISH_S, REACH_S, Launch, records, summary
+from tests.test_resume_chunks import CHUNKED, straight_chunked  # noqa: F401
 from tests.test_streamed import _committed
 
 STOPPED = "[agon] SIGTERM: the run stopped, keeping its last checkpoint and every committed evaluation round"

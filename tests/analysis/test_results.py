@@ -7,6 +7,9 @@ they are drawn from the same tables.
 
 from __future__ import annotations
 
+import copy
+import functools
+
 import re
 from pathlib import Path
 
@@ -31,6 +34,17 @@ TASKS = [name for name in PACKED if not name.endswith(("_pilot", "_pick"))]
 CELLS = {"arithmetic_hard": 10, "products": 10, "exchange": 4, "target_sum": 3}
 
 
+@functools.cache
+def _loaded(task: str):
+    return load_runs(REPO / "results" / task)
+
+
+def runs_of(task: str):
+    """The packed runs of ``results/<task>``, read once per test session (a grid's records take seconds to parse) and
+    copied for each test, so that no test sees another's changes."""
+    return copy.deepcopy(_loaded(task))
+
+
 def test_every_packed_task_has_its_figures_and_a_section_of_the_page():
     assert TASKS == sorted(CELLS) and PACKED == [*TASKS, "target_sum_pick", "target_sum_pilot"]
     page = (REPO / "docs" / "results.md").read_text()
@@ -42,7 +56,7 @@ def test_every_packed_task_has_its_figures_and_a_section_of_the_page():
 
 @pytest.mark.parametrize("task", TASKS)
 def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
-    data = load_runs(REPO / "results" / task)
+    data = runs_of(task)
     # every cell of the grid, 3 seeds each, each run finished
     assert len(data.runs) == 3 * CELLS[task] and (data.runs["status"] == "complete").all()
     assert data.runs.groupby("cell").size().eq(3).all() and data.runs["cell"].nunique() == CELLS[task]
@@ -77,7 +91,7 @@ def test_the_committed_tables_are_what_the_packed_runs_give(task, tmp_path):
 
 def test_the_target_sum_pick_runs_curve_is_what_its_packed_run_gives():
     """docs/results.md's pick run (the study's step count): its curve row, recomputed from the packed metrics."""
-    data = load_runs(REPO / "results" / "target_sum_pick")
+    data = runs_of("target_sum_pick")
     assert len(data.runs) == 1 and data.runs["method"].iloc[0] == "grpo"
     points = data.steps.dropna(subset=["eval/accuracy"]).drop_duplicates("train/step", keep="last")
     curve = {int(r["train/step"]): r["eval/accuracy"] for _, r in points.iterrows()}
@@ -105,7 +119,7 @@ def test_the_target_sum_pick_runs_curve_is_what_its_packed_run_gives():
 
 def test_the_target_sum_pilot_table_is_what_its_packed_runs_give():
     """docs/results.md's target-sum pilot: each row of its curve table, recomputed from the packed metrics."""
-    data = load_runs(REPO / "results" / "target_sum_pilot")
+    data = runs_of("target_sum_pilot")
     method = data.runs.set_index("run_id")["method"]
     points = data.steps.dropna(subset=["eval/accuracy"])
     grpo, agon = ({int(r["train/step"]): r for _, r in points[points["run_id"].map(method) == m].iterrows()}
@@ -138,7 +152,7 @@ def test_each_grid_is_judged_on_its_own_claims_and_the_exchange_page_quotes_its_
     expected = {"exchange": {c.text for c in general} - by_preset,
                 "target_sum": on_study | {c.text for c in CLAIMS if c.task == "target_sum"}}
     for task in TASKS:
-        data = load_runs(REPO / "results" / task)
+        data = runs_of(task)
         judged = set(claims_table(data.runs, evals=data.evals)["claim"])
         assert judged == expected.get(task, by_preset), task
     page = (REPO / "docs" / "results.md").read_text()
@@ -180,7 +194,7 @@ def test_no_pooled_sd_of_a_packed_grid_is_below_one_runs_evaluation_floor(task):
     of every claim is at least the largest of them among the trained runs (of a within-run claim, the largest of
     the cascades' own SEs, ``within_run_se``). The exchange grid's seeds pool to 0.49 points, under its runs' floors
     of 0.47-0.65, and its intervals use 0.65."""
-    data = load_runs(REPO / "results" / task)
+    data = runs_of(task)
     trained = data.runs[data.runs["method"] != "moa"]
     floors = {}
     for _, run in trained.iterrows():
@@ -210,7 +224,7 @@ def test_no_pooled_sd_of_a_packed_grid_is_below_one_runs_evaluation_floor(task):
 def test_only_claims_written_before_their_runs_get_verdicts_on_the_packed_grids(task):
     """A claim marked ``written: after`` in claims.yaml is shown with its interval as a description: no verdict,
     no family-wise interval, not counted in k. The exchange grid's six claims were all written after its runs."""
-    data = load_runs(REPO / "results" / task)  # the eval rows give the within-run claims their values
+    data = runs_of(task)  # the eval rows give the within-run claims their values
     claims = claims_table(data.runs, evals=data.evals)
     after = claims[claims["written"] == "after"]
     assert not after.empty and set(after["verdict"]) == set(after["fw_verdict"]) == {DESCRIPTION}
@@ -224,7 +238,7 @@ def test_the_target_sum_pilots_chance_levels_walls_and_costs_are_what_its_record
     """The pilot's prose: chance levels counted from the held-out problems, the per-pattern table from the final
     evaluations' rows, and the figures quoted from the metrics (groups without reward spread, the compute match,
     the cascade's gap to its adapters, the run times)."""
-    data = load_runs(REPO / "results" / "target_sum_pilot")
+    data = runs_of("target_sum_pilot")
     page = " ".join((REPO / "docs" / "results.md").read_text().split())  # the prose wraps anywhere
     method = data.runs.set_index("run_id")["method"]
     evals = data.evals.assign(method=data.evals["run_id"].map(method))
@@ -274,7 +288,7 @@ def test_the_target_sum_studys_prose_is_what_its_records_give():
     """The study's section: chance, the problems with one solution, the cascade's lead taken apart into the drafts'
     accuracy, conversion and regression at the start and the end, where Agon reaches GRPO's tokens, the diagnostic's
     rows at the start and the end, and the hours the runs record."""
-    data = load_runs(REPO / "results" / "target_sum")
+    data = runs_of("target_sum")
     page = " ".join((REPO / "docs" / "results.md").read_text().split())
     runs = data.runs
     final = data.evals[(data.evals["stage"] == "final") & (data.evals["phase"] == "final")]
@@ -348,7 +362,7 @@ def test_the_target_sum_studys_answers_at_two_generations_are_what_its_diagnosti
     (``analysis.tables.two_generations``) as drawn, each of its values worked out here from the logged keys, and
     the prose's differences: GRPO's adapter after its own recap against Agon's cascade (Welch over seeds), reading
     the rival's recap against one's own, and GRPO's self-cascade over its own drafts."""
-    data = load_runs(REPO / "results" / "target_sum")
+    data = runs_of("target_sum")
     page, readme = _flat((REPO / "docs" / "results.md").read_text()), _readme_results()
     frame = two_generations(data)
     assert two_generations_markdown(frame).strip() in (REPO / "docs" / "results.md").read_text()
@@ -401,7 +415,7 @@ def test_the_target_sum_studys_bounds_and_what_its_verdicts_lean_on_are_what_its
     within-run verdicts on Agon's own seeds (``paired.md``) and what sets the dead-end claim's interval."""
     from scipy import stats
 
-    data = load_runs(REPO / "results" / "target_sum")
+    data = runs_of("target_sum")
     page, readme = _flat((REPO / "docs" / "results.md").read_text()), _readme_results()
     claims = claims_table(data.runs, evals=data.evals).set_index("claim")
     runs = data.runs.set_index("experiment")
@@ -484,7 +498,7 @@ def test_the_target_sum_studys_equal_tokens_reading_and_when_it_changed_are_what
     """The comparison at equal tokens was put on one design after seed 0's runs had finished: the time of that
     commit (110f948) against the runs' logs, and the comparison read the old way (each curve as logged) on seed 0
     and on all three seeds, beside the reading on one design."""
-    data = load_runs(REPO / "results" / "target_sum")
+    data = runs_of("target_sum")
     page = _flat((REPO / "docs" / "results.md").read_text())
     ends = {log.parent.name: re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", log.read_text(), re.M)[-1]
             for log in (REPO / "results" / "target_sum").glob("*seed=0/run.log")}
@@ -527,7 +541,7 @@ def test_the_target_sum_gate_and_wrong_recap_numbers_the_page_and_readme_quote_a
            f"{100 * gate['dead_end']:.1f}% after a dead end against {100 * gate['solo']:.1f}% alone, so a wrong " \
            f"recap costs it {100 * cost:.0f} points" in readme
     # at step 200: wrong recap minus none, each arm's challengers averaged, then the seeds
-    data = load_runs(REPO / "results" / "target_sum")
+    data = runs_of("target_sum")
     last = data.steps[data.steps["train/step"] == 200].set_index("run_id")
     gaps = {}
     for _, run in data.runs.iterrows():
