@@ -69,6 +69,7 @@ PARTS = {
     "generations of an evaluation": ("eval.chunk_problems", "eval.diagnostic", "eval.diagnostic_samples"),
     "evaluations of a run": ("eval.at_start", "eval.every", "trainer.max_steps"),
     "rows of a step": ("trainer.prompts_per_step", "trainer.num_generations"),
+    "passes of an update": ("trainer.num_iterations", "trainer.beta"),
 }
 # consumer -> setting -> the places it reads
 READS = {
@@ -305,6 +306,9 @@ MOVES = {
     "eval.diagnostic": (False, tuple("-" + p for p in EVALUATIONS)),
     "trainer.prompts_per_step": (32, (STEPS,)),
     "trainer.num_generations": (16, (STEPS,)),
+    # the update's passes: more epochs over the batch, a KL reference scored with the adapters off
+    "trainer.num_iterations": (2, (STEPS,)),
+    "trainer.beta": (0.04, (STEPS,)),
 }
 
 
@@ -315,7 +319,8 @@ def _phases(cfg, engine: str, streamed: bool, prompt: float = 30, challenge: flo
 
 def test_every_place_and_part_the_estimate_reads_is_moved_below():
     assert {p for places in READS["estimate"].values() for p in places} <= set(MOVES)
-    assert {p for part in ("problems of an evaluation", "samples of an evaluation", "rows of a step")
+    assert {p for part in ("problems of an evaluation", "samples of an evaluation", "rows of a step",
+                           "passes of an update")
             for p in PARTS[part]} <= set(MOVES)
 
 

@@ -99,7 +99,8 @@ TESTS = {
     "agon/training/preflight.py": ["tests/test_gates.py", "tests/test_setting_places.py", "tests/test_preflight.py",
                                    "tests/test_memory.py"],
     "agon/records/recorder.py": ["tests/test_recorder.py", "tests/test_provenance.py", "tests/test_reuse_keys.py"],
-    "agon/tasks/codecontests.py": ["tests/tasks/test_interfaces.py", "tests/tasks/test_codecontests.py"],
+    "agon/tasks/codecontests.py": ["tests/tasks/test_interfaces.py", "tests/tasks/test_codecontests.py",
+                                   "tests/test_codecontests_limits.py"],
 }
 
 
