@@ -16,7 +16,6 @@ alone writes files, checkpoints and W&B (``agon.core.distributed`` says how the 
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import importlib.metadata
 import logging
@@ -325,7 +324,11 @@ def _trial_reporter(cfg: DictConfig, ranks: Ranks) -> Any:
 PRESENTATION_KEYS = ("output_dir", "progress", "logger", "trainer.resume", "plugins", "tune.storage", "tune.study")
 
 
-@functools.cache
+# schema_defaults' answers by task kind. A dict, not functools.cache: submitit pickles this module's functions by
+# value when it runs as __main__ (python -m agon.run), and a cache wrapper pickles by a name its job cannot find
+_SCHEMA_DEFAULTS: dict[str | None, dict[str, Any]] = {}
+
+
 def schema_defaults(task_kind: str | None) -> dict[str, Any]:
     """Every key's default as the typed schema gives it, dotted (``Config``'s fields, the task's through its kind's
     schema): what a key is when nobody sets it. Read only: one dict per task kind."""
@@ -334,6 +337,8 @@ def schema_defaults(task_kind: str | None) -> dict[str, Any]:
 
     from agon.core.config import TASK_SCHEMAS, Config
 
+    if task_kind in _SCHEMA_DEFAULTS:
+        return _SCHEMA_DEFAULTS[task_kind]
     hints, tree = typing.get_type_hints(Config), {}
     for f in dataclasses.fields(Config):
         schema = TASK_SCHEMAS.get(str(task_kind)) if f.name == "task" else hints[f.name]
@@ -341,7 +346,7 @@ def schema_defaults(task_kind: str | None) -> dict[str, Any]:
             tree[f.name] = OmegaConf.to_container(OmegaConf.structured(schema))
         elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
             tree[f.name] = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-    return run_files.flatten(tree)
+    return _SCHEMA_DEFAULTS.setdefault(task_kind, run_files.flatten(tree))
 
 
 def config_differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
