@@ -512,3 +512,11 @@ def test_the_estimate_counts_the_diagnostics_completions_at_every_evaluation(exc
     assert counted == (calls + challengers * (wrong == 0), completions + challengers * (2 - wrong))
     if exchange == "visible":  # conf/eval/default.yaml: 3 drafts and 18 answers per sample
         assert counted == (21, 2 * 21)
+
+
+def test_the_diagnostics_recap_conditions_follow_whether_the_task_has_worked_solutions():
+    """A task with worked solutions plays a correct and a wrong recap for every player on top of the rest; one
+    without (DeepMath, CodeContests) plays neither: each of the diagnostic's counts is a part the task decides."""
+    drafts, answers = model.diagnostic_calls(compose_config(["task=arithmetic"]))
+    for task in ("deepmath_hard", "codecontests"):
+        assert model.diagnostic_calls(compose_config([f"task={task}"])) == (drafts, answers - 2 * drafts)
