@@ -451,3 +451,13 @@ def test_codecontests_rows_repeated_within_and_across_splits_are_one_problem_hel
         assert train == ["1_A. A", "2_A. B", "3_A. C"]
     finally:
         task.close()
+
+
+def test_a_time_limit_is_its_seconds_and_its_nanos_as_codecontests_writes_them():
+    """CodeContests writes a limit as a protobuf Duration, ``{"seconds": s, "nanos": n}``, either part left out when
+    zero: each part counts (a shipped test's 2 s limit gave the task's own 4 s either way, so a lost part passed)."""
+    from agon.tasks.codecontests import _seconds
+
+    assert _seconds({"seconds": 2}) == 2.0 and _seconds({"nanos": 500_000_000}) == 0.5
+    assert _seconds({"seconds": 1, "nanos": 250_000_000}) == 1.25
+    assert _seconds(None) == _seconds({}) == 0.0
