@@ -25,7 +25,7 @@ import pytest
 from agon.records import run_files
 from agon.records.recorder import Recorder, build_logger
 from tests.conftest import compose_config
-from tests.wandb_records import OfflineRun
+from tests.wandb_records import OfflineRun, offline_env
 
 ROOT = Path(__file__).parents[1]
 PLUGIN_CONF = ROOT / "tests" / "plugin_example" / "conf"
@@ -103,13 +103,7 @@ def _logged_rows() -> tuple[dict, dict]:
 
 @pytest.fixture
 def offline_wandb(tmp_path, monkeypatch, wandb_service):
-    for var in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL", "WANDB_PROJECT", "WANDB_ENTITY"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
-    monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
+    offline_env(tmp_path, monkeypatch)
 
 
 def _definition(definitions: list, key: str):

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 import agon.records.wandb_logger as wl
 from agon.records.loggers import Logger
 from agon.records.recorder import Recorder, build_logger
+from tests.wandb_records import offline_env
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CELL = "0_exchange=visible,reward=competitive"
@@ -34,13 +35,7 @@ def no_wandb_service_left():
 
 @pytest.fixture(autouse=True)
 def offline_wandb(tmp_path, monkeypatch):
-    for var in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL", "WANDB_PROJECT", "WANDB_ENTITY"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
-    monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
+    offline_env(tmp_path, monkeypatch)
     monkeypatch.setattr(wl, "_online_failed", False)
 
 

@@ -107,6 +107,17 @@ CELLS = ("exchange=hidden", "exchange=visible")
 SEEDS = (0, 1)
 
 
+def offline_env(tmp_path: Path, monkeypatch: Any) -> None:
+    """W&B offline, silent, with no key, identity, server or netrc of this machine's, its files under ``tmp_path``."""
+    for var in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL", "WANDB_PROJECT", "WANDB_ENTITY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
+    monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
+
+
 def shared_sweep(tmp_path_factory: Any) -> Path:
     """``offline_sweep`` in the folder every pytest-xdist worker of this session shares (the parent of a worker's
     base temp), so that the test files reading it build it once between them, not once per worker."""
