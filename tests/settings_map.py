@@ -306,6 +306,7 @@ COMPUTED: dict[str, tuple[str, ...]] = {
     "eval.interim_samples": (_INTERIM, _EVAL_SIZE),
     "eval.generation_batch_tokens": (_BUDGETS,),
     "eval.at_start": (_SCHEDULE,),
+    "eval.equal_generations": ("tests/test_cascade.py::test_evaluate_on_a_tiny_model_is_summarise_of_its_games",),
     "eval.chunk_problems": (
         "tests/test_resume_chunks.py::"
         "test_a_run_killed_during_an_evaluation_plays_only_the_chunks_not_done_and_ends_as_the_uninterrupted_run",),

@@ -54,32 +54,48 @@ GAMES = {
     "A": ("A", False, "111000t0", None, None),
 }
 
+# the equal-generations reads (methods.Evaluation.reads): order -> (the order whose drafts it answers, final pattern,
+# final-token base); A>A after A>B's drafts 1100t001 reads 10101101 (5/8), B>B after B>A's 01110100 reads 01100110
+# (4/8), grpo's A>A after its drafts 111000t0 reads 10101101 (5/8)
+READS = {"A>A": ("10101101", 60), "B>B": ("01100110", 70)}
+
 # the hand-built drafts box no answer, and no answer agrees with nothing: agreement 0 wherever an adapter drafted
 NO_AGREEMENT = {"eval/agree_AB": None, "eval/agree_AA": None, "eval/agree_BB": None, "eval/divergence": None}
 ONE_DRAFTER = {**NO_AGREEMENT, "eval/agree_AA": 0.0}
-NONE_KEYS = {"eval/cascade_acc_AB": None, "eval/cascade_acc_BA": None, "eval/solo_acc_A": None,
-             "eval/solo_acc_B": None, "eval/solo_acc_base": None}
+NONE_KEYS = {"eval/cascade_acc_AB": None, "eval/cascade_acc_BA": None, "eval/cascade_acc_AA": None,
+             "eval/cascade_acc_BB": None, "eval/solo_acc_A": None, "eval/solo_acc_B": None,
+             "eval/solo_acc_base": None}
+# the reads answer drafts already counted: agon's verifier failures stay A>B's timeout and B>A's unscorable
 AGON = {"eval/n_problems": 4, "eval/samples": 2, "eval/cascade_acc_AB": 5 / 8, "eval/cascade_acc_BA": 2 / 8,
+        "eval/cascade_acc_AA": 5 / 8, "eval/cascade_acc_BB": 4 / 8, "eval/generations": 2,
         "eval/solo_acc_A": 3 / 8, "eval/solo_acc_B": 4 / 8, "eval/solo_acc_base": None, "eval/verifier_failures": 2,
         "eval/agree_AB": 0.0, "eval/agree_AA": 0.0, "eval/agree_BB": 0.0, "eval/divergence": 0.0}
 # (method, rotation) -> every metric summarise returns
 EXPECTED = {
     ("agon", "alternate"): {**AGON, "eval/accuracy": 7 / 16, "eval/final_trace_tokens": 33.5,
                             "eval/conversion_rate": 4 / 9, "eval/regression_rate": 4 / 7,
-                            "eval/headline_orders": ["A>B", "B>A"]},
+                            "eval/headline_orders": ["A>B", "B>A"], "eval/accuracy_one_generation": 7 / 16,
+                            "eval/accuracy_two_generations": 7 / 16},
     # both orders are still played (and reported), only A>B is the headline
     ("agon", "fixed"): {**AGON, "eval/accuracy": 5 / 8, "eval/final_trace_tokens": 23.5,
-                        "eval/conversion_rate": 3 / 5, "eval/regression_rate": 1 / 3, "eval/headline_orders": ["A>B"]},
+                        "eval/conversion_rate": 3 / 5, "eval/regression_rate": 1 / 3, "eval/headline_orders": ["A>B"],
+                        "eval/accuracy_one_generation": 3 / 8, "eval/accuracy_two_generations": 5 / 8},
     ("self_refine", None): {**NONE_KEYS, **ONE_DRAFTER, "eval/n_problems": 4, "eval/samples": 2,
-                            "eval/solo_acc_A": 3 / 8,
+                            "eval/solo_acc_A": 3 / 8, "eval/cascade_acc_AA": 5 / 8, "eval/generations": 2,
+                            "eval/accuracy_one_generation": 3 / 8, "eval/accuracy_two_generations": 5 / 8,
                             "eval/accuracy": 5 / 8, "eval/final_trace_tokens": 63.5, "eval/conversion_rate": 4 / 5,
                             "eval/regression_rate": 2 / 3, "eval/verifier_failures": 1,
                             "eval/headline_orders": ["A>A"]},
     ("moa", None): {**NONE_KEYS, **NO_AGREEMENT, "eval/n_problems": 4, "eval/samples": 2, "eval/solo_acc_base": 1 / 8,
+                    "eval/generations": 2, "eval/accuracy_one_generation": 1 / 8,
+                    "eval/accuracy_two_generations": 3 / 8,
                     "eval/accuracy": 3 / 8, "eval/final_trace_tokens": 83.5, "eval/conversion_rate": 2 / 7,
                     "eval/regression_rate": 0.0, "eval/verifier_failures": 0, "eval/headline_orders": ["base>base"]},
-    # grpo's answer is the draft: its accuracy and solo A are the same drafts, and there is no cascade rate
+    # grpo's answer is the draft: its accuracy and solo A are the same drafts, and there is no cascade rate; at two
+    # generations it is its self-cascade, A>A on those very drafts
     ("grpo", None): {**NONE_KEYS, **ONE_DRAFTER, "eval/n_problems": 4, "eval/samples": 2, "eval/solo_acc_A": 3 / 8,
+                     "eval/cascade_acc_AA": 5 / 8, "eval/generations": 1, "eval/accuracy_one_generation": 3 / 8,
+                     "eval/accuracy_two_generations": 5 / 8,
                      "eval/accuracy": 3 / 8, "eval/final_trace_tokens": 103.5, "eval/conversion_rate": None,
                      "eval/regression_rate": None, "eval/verifier_failures": 1, "eval/headline_orders": ["A"]},
 }
@@ -109,10 +125,24 @@ def _game(order: str, exchange: str) -> Game:
     return Game(rounds, drafter, None if answerer is False else answerer, SAMPLES)
 
 
-def _summary(method: str, rotation: str, exchange: str, step: int = 7, phase: str = "final") -> EvalResult:
-    plays, headline = astuple(get_method(method).evaluation(rotation))
-    games = {order_name(d, a): _game(order_name(d, a), exchange) for d, a in plays}
-    return summarise(games, headline, step=step, phase=phase)
+def _read(source: Game, reader: str, exchange: str) -> Game:
+    """``source``'s drafts answered again by ``reader`` (``rollout.answer_drafts``), with ``READS``' finals."""
+    finals, base = READS[f"{source.drafter}>{reader}"]
+    rounds = []
+    for i, rnd in enumerate(source.rounds):
+        prompt = f"user: {rnd.problem.question}\nrival: {rnd.recap}" if exchange == "visible" else rnd.draft.prompt
+        rounds.append(Round(rnd.problem, rnd.draft, rnd.recap, _attempt(prompt, finals[i], base + i)))
+    return Game(rounds, source.drafter, reader, SAMPLES)
+
+
+def _summary(method: str, rotation: str, exchange: str, step: int = 7, phase: str = "final",
+             reads: bool = True) -> EvalResult:
+    evaluation = get_method(method).evaluation(rotation)
+    games = {order_name(d, a): _game(order_name(d, a), exchange) for d, a in evaluation.plays}
+    sources = {d: order_name(d, a) for d, a in reversed(evaluation.plays)}
+    for drafter, reader in evaluation.reads() if reads else ():
+        games[order_name(drafter, reader)] = _read(games[sources[drafter]], reader, exchange)
+    return summarise(games, evaluation.headline, step=step, phase=phase)
 
 
 def _assert_metrics(got: dict, expected: dict) -> None:
@@ -150,12 +180,17 @@ def test_each_method_evaluates_what_it_deploys():
 def test_eval_rows_of_a_cascade():
     result = _summary("agon", "alternate", "visible", step=7, phase="final")
     rows = result.rows
-    # per order: 8 rounds x (draft, final) and the drafts again as the drafter alone
-    assert len(rows) == 2 * 8 * 3
+    # per play: 8 rounds x (draft, final) and the drafts again as the drafter alone; per read (A>A, B>B) 8 x (draft,
+    # final), its drafts not again: they are the play's
+    assert len(rows) == 2 * 8 * 3 + 2 * 8 * 2
     by = {(o, s): [r for r in rows if (r["order"], r["stage"]) == (o, s)]
           for o, s in [("A>B", "draft"), ("A>B", "final"), ("B>A", "draft"), ("B>A", "final"), ("A", "final"),
-                       ("B", "final")]}
+                       ("B", "final"), ("A>A", "draft"), ("A>A", "final"), ("B>B", "draft"), ("B>B", "final")]}
     assert sum(map(len, by.values())) == len(rows)
+    # a self-cascade answers the very drafts of the cross cascade: the same rows, the same drafts
+    assert (marks(by["A>A", "draft"]), marks(by["A>A", "final"])) == ("1100t001", "10101101")
+    assert (marks(by["B>B", "draft"]), marks(by["B>B", "final"])) == ("01110100", "01100110")
+    assert [r["tokens"] for r in by["A>A", "draft"]] == [r["tokens"] for r in by["A>B", "draft"]]
 
     assert (marks(by["A>B", "draft"]), marks(by["A>B", "final"])) == ("1100t001", "10110101")
     assert (marks(by["B>A", "draft"]), marks(by["B>A", "final"])) == ("01110100", "110000u0")
@@ -176,10 +211,14 @@ def test_eval_rows_of_a_cascade():
 
 
 def test_eval_rows_of_drafts_only():
-    rows = _summary("grpo", "alternate", "hidden", step=0, phase="start").rows
+    rows = _summary("grpo", "alternate", "hidden", step=0, phase="start", reads=False).rows
     assert [(r["order"], r["stage"]) for r in rows] == [("A", "final")] * 8
     assert marks(rows) == "111000t0"
     assert [r["tokens"] for r in rows] == list(range(100, 108))
+    # with its self-cascade: A's drafts once as A alone, then A>A's draft and final stages on those drafts
+    rows = _summary("grpo", "alternate", "hidden", step=0, phase="start").rows
+    assert [(r["order"], r["stage"]) for r in rows] == [("A", "final")] * 8 + [("A>A", "draft"), ("A>A", "final")] * 8
+    assert marks([r for r in rows if r["order"] == "A>A" and r["stage"] == "draft"]) == "111000t0"
 
 
 def test_summarise_is_pure():
@@ -200,8 +239,16 @@ def test_evaluate_on_a_tiny_model_is_summarise_of_its_games(policies, small_cfg,
     task = build_task(small_cfg.task)
     problems = list(task.heldout_problems())[: small_cfg.eval.n_problems]
     result = evaluate(policies, task, small_cfg, problems, step=3, phase="train")
-    plays, headline = astuple(get_method(method).evaluation(small_cfg.rotation.mode))
-    assert list(result.games) == [order_name(d, a) for d, a in plays]
+    evaluation = get_method(method).evaluation(small_cfg.rotation.mode)
+    plays, headline = evaluation.plays, evaluation.headline
+    reads = {order_name(d, r): order_name(d, next(a for x, a in plays if x == d)) for d, r in evaluation.reads()}
+    assert list(result.games) == [order_name(d, a) for d, a in plays] + list(reads) and reads
+    # each self-cascade answers the very drafts of its drafter's play, on the same rows: the comparison is paired
+    for order, source in reads.items():
+        assert [r.draft for r in result.games[order].rounds] == [r.draft for r in result.games[source].rounds]
+        assert result.games[order].challenger == order.split(">")[1] == result.games[order].drafter
+        assert all(r.challenge is not None for r in result.games[order].rounds)
+    assert result.metrics["eval/cascade_acc_AA"] is not None
     again = summarise(result.games, headline, step=3, phase="train")
     assert result.metrics == again.metrics and result.rows == again.rows
     n, k = len(problems), small_cfg.eval.samples
@@ -219,6 +266,14 @@ def test_evaluate_on_a_tiny_model_is_summarise_of_its_games(policies, small_cfg,
     finals = [[(r.challenge or r.draft).verdict.correct for r in result.games[o].rounds] for o in headline]
     assert result.metrics["eval/accuracy"] == pytest.approx(sum(sum(f) / len(f) for f in finals) / len(finals))
     assert not math.isnan(result.metrics["eval/final_trace_tokens"])
+    # eval.equal_generations=false plays the method's pipelines alone, and they draw what they drew with the reads
+    small_cfg.eval.equal_generations = False
+    alone = evaluate(policies, task, small_cfg, problems, step=3, phase="train")
+    assert list(alone.games) == [order_name(d, a) for d, a in plays]
+    assert alone.metrics["eval/accuracy"] == result.metrics["eval/accuracy"]
+    # without its self-cascade, a one-generation arm has no number at two generations; a cascade is its own
+    assert alone.metrics["eval/cascade_acc_AA"] is None
+    assert alone.metrics["eval/accuracy_two_generations"] == (None if method == "grpo" else alone.metrics["eval/accuracy"])
 
 
 # two problems x three drafts each; None is a draft with no boxed answer

@@ -492,14 +492,18 @@ def test_the_estimate_counts_the_diagnostics_completions_at_every_evaluation(exc
     """``agon.game.diagnostic.diagnose`` on 2 problems x ``eval.diagnostic_samples``: every call and completion it
     samples is in the estimate of an evaluation with ``eval.diagnostic``, and none without. The estimate counts a
     wrong recap for every row (an upper bound): the diagnostic asks each challenger only on the rows where a slip
-    shows in the recap (``recap/n_wrong``)."""
+    shows in the recap (``recap/n_wrong``); so too each kind of the check battery, asked only on the rows the task
+    made it for (``battery/n/<kind>``: arithmetic makes no dead end)."""
     from agon.game.diagnostic import diagnose
-    from agon.tasks import build_task
+    from agon.tasks import BATTERY_KINDS, build_task
 
     cfg = compose_config(TEST_WORLD + TINY_EVAL + [f"exchange={exchange}", "eval.n_problems=2"])
     task = build_task(cfg.task)
     engine = RecordingEngine(policies)
-    wrong = int(diagnose(policies, task, cfg, list(task.heldout_problems())[:2], engine)["recap/n_wrong"])
+    out = diagnose(policies, task, cfg, list(task.heldout_problems())[:2], engine)
+    made = [int(out[f"battery/n/{kind}"]) for kind in BATTERY_KINDS]
+    assert made[BATTERY_KINDS.index("dead_end")] == 0 and max(made) == 2
+    wrong = int(out["recap/n_wrong"])
     off = model.plan(cfg, 10, 20)
     OmegaConf.update(cfg, "eval.diagnostic", True)
     on = model.plan(cfg, 10, 20)
@@ -509,9 +513,10 @@ def test_the_estimate_counts_the_diagnostics_completions_at_every_evaluation(exc
                     for term in ("per_call", "per_completion"))
     calls, completions = _sampled(engine)
     challengers = 3  # A, B and the base
-    assert counted == (calls + challengers * (wrong == 0), completions + challengers * (2 - wrong))
-    if exchange == "visible":  # conf/eval/default.yaml: 3 drafts and 18 answers per sample
-        assert counted == (21, 2 * 21)
+    assert counted == (calls + challengers * ((wrong == 0) + made.count(0)),
+                       completions + challengers * (2 - wrong + sum(2 - n for n in made)))
+    if exchange == "visible":  # conf/eval/default.yaml: 3 drafts and 30 answers per sample
+        assert counted == (33, 2 * 33)
 
 
 def test_the_diagnostics_recap_conditions_follow_whether_the_task_has_worked_solutions():

@@ -367,10 +367,13 @@ class EvalConfig:
     chunk_problems: int = 64
     # evaluate before training (eval/accuracy_at_start)
     at_start: bool = True
+    # also score every drafter's self-cascade and cross cascades on its drafts (methods.Evaluation.reads), so that
+    # arms are compared at equal generations per answer (eval/accuracy_two_generations); one answer per row each
+    equal_generations: bool = True
     # at every evaluation also the cross-play matrix and the recap diagnostic (agon.game.diagnostic.diagnose; one
     # process)
     diagnostic: bool = False
-    # samples per problem in the diagnostic (it plays 3 drafts and 18 answers per sample)
+    # samples per problem in the diagnostic (it plays 3 drafts and 30 answers per sample)
     diagnostic_samples: int = 1
 
 

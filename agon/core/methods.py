@@ -50,6 +50,15 @@ class Evaluation:
     plays: list[tuple[Player, Player | bool]]
     headline: list[str]
 
+    def reads(self) -> list[tuple[Player, Player]]:
+        """The controls at equal generations that no play already scores: (drafter, reader) for every drafter
+        reading its own drafts (the self-cascade) and every other drafter's (the cross cascades), self first. Each
+        is answered on the drafts of the drafter's first play, so a self-cascade and a cross cascade answer the
+        very same drafts, and each costs one answer per row (``eval.equal_generations``)."""
+        drafters = list(dict.fromkeys(d for d, _ in self.plays))
+        answered = {(d, a) for d, a in self.plays if a is not False}
+        return [(d, r) for d in drafters for r in sorted(drafters, key=lambda x: x != d) if (d, r) not in answered]
+
 
 class Method:
     """A method of the study. Subclasses set the class attributes and the two methods; ``register_method`` adds

@@ -76,7 +76,8 @@ from agon.core.distributed import Ranks
 from agon.engines import Engine, Sampling
 from agon.core.methods import get_method
 from agon.models.policies import Policies
-from agon.game.rollout import Attempt, Game, Match, Round, derive_seed, play_rounds, play_split
+from agon.game.rollout import (Attempt, Game, Match, Round, answer_split, derive_seed, play_rounds,
+                               play_split)
 from agon.tasks import Problem, Task
 from agon.tasks.text import final_answer
 
@@ -279,18 +280,22 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
     samples = e.samples if samples is None else samples
     sampling = Sampling.from_config(e)
     evaluation = get_method(cfg.method.name).evaluation(cfg.rotation.mode)
+    reads = evaluation.reads() if e.equal_generations else []
     counted = _Counted(engine if engine is not None else HFEngine(policies))
     streamed = counted.streaming and cfg.exchange.mode != "latent"
     # a multiple of the processes, so that every rank has a share of every chunk; streamed, one chunk of everything
     size = len(problems) if streamed else -(-max(e.chunk_problems, ranks.world) // ranks.world) * ranks.world
     chunks = [list(range(i, min(i + size, len(problems)))) for i in range(0, len(problems), max(size, 1))]
-    stages = sum(1 if answerer is False else 2 for _, answerer in evaluation.plays)
+    stages = sum(1 if answerer is False else 2 for _, answerer in evaluation.plays) + len(reads)
     # this rank's share: the completions its bar counts
     total = sum(len(ranks.split(chunk)) * samples * stages for chunk in chunks)
 
     def seeds(order: str, positions: Sequence[int]) -> list[int]:
         """Each problem's seed, by its place in ``problems``: the same rows whichever way they are played."""
         return [derive_seed(cfg.seed, phase, step, order, p) for p in positions]
+
+    # each read answers the drafts of its drafter's first play
+    sources = {d: order_name(d, a) for d, a in reversed(evaluation.plays)}
 
     parts: list[dict[str, Game]] = []
     played = kept = 0
@@ -300,21 +305,28 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
                             dynamic_ncols=True) as bar:
         if streamed:
             games, played, kept = _play_streamed(policies, task, cfg, problems, samples, sampling, evaluation.plays,
-                                                 counted, ranks, seeds, store, bar)
+                                                 reads, counted, ranks, seeds, store, bar)
             parts.append(games)
         for i, chunk in ([] if streamed else enumerate(chunks)):
             games = store.load(i) if store is not None else None
             if games is None:
                 torch.manual_seed(chunk_seed(cfg.seed, phase, step, i, ranks.rank))
                 random.seed(chunk_seed(cfg.seed, phase, step, i, ranks.rank, "python"))
-                games = {}
+                games, mine = {}, {}
                 for drafter, answerer in evaluation.plays:
                     order = order_name(drafter, answerer)
                     bar.set_postfix_str(order)
-                    games[order] = play_split(ranks, policies, task, cfg.model, [problems[p] for p in chunk],
-                                              seeds(order, chunk), drafter=drafter, challenger=answerer,
-                                              exchange=cfg.exchange.mode, group_size=samples, sampling=sampling,
-                                              engine=counted, on_sampled=bar.update, span=cfg.exchange.span)[0]
+                    games[order], mine[order] = play_split(
+                        ranks, policies, task, cfg.model, [problems[p] for p in chunk], seeds(order, chunk),
+                        drafter=drafter, challenger=answerer, exchange=cfg.exchange.mode, group_size=samples,
+                        sampling=sampling, engine=counted, on_sampled=bar.update, span=cfg.exchange.span)
+                for drafter, reader in reads:
+                    order, source = order_name(drafter, reader), sources[drafter]
+                    bar.set_postfix_str(order)
+                    row_seeds = [derive_seed(s, k) for s in seeds(order, chunk) for k in range(samples)]
+                    games[order] = answer_split(ranks, policies, task, cfg.model, games[source], mine[source],
+                                                reader, row_seeds, exchange=cfg.exchange.mode, sampling=sampling,
+                                                engine=counted, on_sampled=bar.update, span=cfg.exchange.span)
                 played += 1
                 if store is not None:
                     store.save(i, games)
@@ -333,44 +345,60 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
 
 
 def _play_streamed(policies: Policies, task: Task, cfg: Any, problems: Sequence[Problem], samples: int,
-                   sampling: Sampling, plays: Sequence[tuple[str | None, str | None | bool]], engine: Any,
-                   ranks: Ranks, seeds: Callable[[str, Sequence[int]], list[int]], store: PartStore | None,
+                   sampling: Sampling, plays: Sequence[tuple[str | None, str | None | bool]],
+                   reads: Sequence[tuple[str | None, str | None]], engine: Any, ranks: Ranks,
+                   seeds: Callable[[str, Sequence[int]], list[int]], store: PartStore | None,
                    bar: Any) -> tuple[dict[str, Game], int, int]:
-    """This rank's share of every play in one engine stream, each round committed to the store's journal as it
-    finishes and the journal's rounds not played again; (every rank's games, rounds played, rounds kept)."""
+    """This rank's share of every play in one engine stream, then of every read (the plays' drafts answered again)
+    in a second, each round committed to the store's journal as it finishes and the journal's rounds not played
+    again; (every rank's games, rounds played, rounds kept)."""
     positions = ranks.split(list(range(len(problems))))
     rows = [(p, k) for p in positions for k in range(samples)]
     journal = store.journal() if store is not None else None
     committed = journal.load() if journal is not None else {}
-    orders = [order_name(d, a) for d, a in plays]
-    todo = {o: [j for j, (p, k) in enumerate(rows) if (o, p * samples + k) not in committed] for o in orders}
-    for o, (_, answerer) in zip(orders, plays):
-        bar.update((len(rows) - len(todo[o])) * (1 if answerer is False else 2))
-    matches = []
-    for o, (drafter, answerer) in zip(orders, plays):
-        problem_seeds = dict(zip(positions, seeds(o, positions)))
-        matches.append(Match(drafter, answerer, [problems[rows[j][0]] for j in todo[o]],
-                             [derive_seed(problem_seeds[rows[j][0]], rows[j][1]) for j in todo[o]]))
+    sources = {d: order_name(d, a) for d, a in reversed(plays)}
+    tables = [(order_name(d, a), d, a, None) for d, a in plays] + \
+        [(order_name(d, r), d, r, sources[d]) for d, r in reads]
+    todo = {o: [j for j, (p, k) in enumerate(rows) if (o, p * samples + k) not in committed] for o, *_ in tables}
+    for o, _, answerer, source in tables:
+        bar.update((len(rows) - len(todo[o])) * (1 if answerer is False or source is not None else 2))
+    mine: dict[str, list[Round]] = {}
 
-    def commit(m: int, i: int, rnd: Round) -> None:
-        p, k = rows[todo[orders[m]][i]]
-        journal.append(orders[m], p * samples + k, rnd)  # type: ignore[union-attr]
+    def play(which: list[tuple[str, str | None, Any, str | None]]) -> None:
+        """The rounds of ``which`` still to play, in one stream, into ``mine``."""
+        matches = []
+        for o, drafter, answerer, source in which:
+            problem_seeds = dict(zip(positions, seeds(o, positions)))
+            drafts = None if source is None else [mine[source][j].draft for j in todo[o]]
+            matches.append(Match(drafter, answerer, [problems[rows[j][0]] for j in todo[o]],
+                                 [derive_seed(problem_seeds[rows[j][0]], rows[j][1]) for j in todo[o]], drafts))
+
+        def commit(m: int, i: int, rnd: Round) -> None:
+            p, k = rows[todo[which[m][0]][i]]
+            journal.append(which[m][0], p * samples + k, rnd)  # type: ignore[union-attr]
+
+        new = play_rounds(policies, task, cfg.model, matches, exchange=cfg.exchange.mode, sampling=sampling,
+                          engine=engine, on_sampled=bar.update, on_round=commit if journal is not None else None) \
+            if which[0][3] is None or any(todo[o] for o, *_ in which) else [[] for _ in which]
+        for m, (o, *_) in enumerate(which):
+            played = dict(zip(todo[o], new[m]))
+            mine[o] = [played[j] if j in played else committed[(o, p * samples + k)]
+                       for j, (p, k) in enumerate(rows)]
 
     try:
-        new = play_rounds(policies, task, cfg.model, matches, exchange=cfg.exchange.mode, sampling=sampling,
-                          engine=engine, on_sampled=bar.update, on_round=commit if journal is not None else None)
+        # a read answers drafts that must exist first: its stream waits for the plays' (left out on purpose:
+        # submitting each read the moment its draft finishes, inside the first stream)
+        for which in ([t for t in tables if t[3] is None], [t for t in tables if t[3] is not None]):
+            if which:
+                play(which)
     finally:
         if journal is not None:
             journal.close()
-    mine: dict[str, list[Round]] = {}
-    for m, o in enumerate(orders):
-        played = dict(zip(todo[o], new[m]))
-        mine[o] = [played[j] if j in played else committed[(o, p * samples + k)] for j, (p, k) in enumerate(rows)]
     shares = ranks.gather(mine)
     games = {o: Game([r for share in shares for r in share[o]], d, None if a is False else a, samples)  # type: ignore
-             for o, (d, a) in zip(orders, plays)}
+             for o, d, a, _ in tables}
     n_played = sum(len(t) for t in todo.values())
-    return games, n_played, len(rows) * len(orders) - n_played
+    return games, n_played, len(rows) * len(tables) - n_played
 
 
 def summarise(games: Mapping[str, Game], headline: Sequence[str], *, step: int, phase: str) -> EvalResult:
@@ -378,23 +406,38 @@ def summarise(games: Mapping[str, Game], headline: Sequence[str], *, step: int, 
 
     Pure: nothing is sampled or graded here, only the verdicts already in the games are counted.
     """
-    rows = [row for order, game in games.items() for row in _rows(order, game, step, phase)]
+    # every draft is its drafter alone on the plain prompt; a drafter's solo rows are its drafts in the first game it
+    # drafts (the self-cascade and cross cascades after it read those very drafts again)
+    firsts = {_name(g.drafter): o for o, g in reversed(list(games.items()))}
+    rows = [row for order, game in games.items()
+            for row in _rows(order, game, step, phase, solo=firsts[_name(game.drafter)] == order)]
     # a game's final answer is the challenge, or the draft itself when nobody answered it (grpo)
     finals = {o: [r.challenge or r.draft for r in g.rounds] for o, g in games.items()}
-    solo: dict[str, list[Attempt]] = {}
-    for game in games.values():  # every draft is its drafter alone on the plain prompt
-        solo.setdefault(_name(game.drafter), []).extend(game.attempts("drafter"))
+    drafted = {o: games[o] for o in firsts.values()}  # each draft once
+    solo = {name: games[o].attempts("drafter") for name, o in firsts.items()}
+    answered = {o for o, g in games.items() if g.rounds and g.rounds[0].challenge is not None}
+    # the headline at one generation per answer (its drafters alone) and at two (a one-generation order's
+    # self-cascade), so that arms with different numbers of generations per answer can be compared at equal ones
+    drafters = [_name(games[o].drafter) for o in headline]
+    two = [o if o in answered else f"{o}>{o}" for o in headline]
     pairs = [(r.draft.verdict.correct, r.challenge.verdict.correct)
              for o in headline for r in games[o].rounds if r.challenge is not None]
-    attempts = [a for g in games.values() for r in g.rounds for a in (r.draft, r.challenge) if a is not None]
+    attempts = [r.draft for g in drafted.values() for r in g.rounds] + \
+        [r.challenge for g in games.values() for r in g.rounds if r.challenge is not None]
     first = next(iter(games.values()))
     metrics = {
         "eval/accuracy": _mean([_accuracy(finals[o]) for o in headline]),  # type: ignore[arg-type]
         "eval/final_trace_tokens": _mean([float(a.completion.n_tokens) for o in headline for a in finals[o]]),
         "eval/n_problems": len(first.rounds) // first.group_size,
         "eval/samples": first.group_size,
+        "eval/generations": 2 if any(o in answered for o in headline) else 1,
+        "eval/accuracy_one_generation": _mean([_accuracy(solo[d]) for d in drafters]),  # type: ignore[misc]
+        "eval/accuracy_two_generations": None if any(o not in finals for o in two)
+        else _mean([_accuracy(finals[o]) for o in two]),  # type: ignore[misc]
         "eval/cascade_acc_AB": _accuracy(finals.get("A>B")),
         "eval/cascade_acc_BA": _accuracy(finals.get("B>A")),
+        "eval/cascade_acc_AA": _accuracy(finals.get("A>A")),
+        "eval/cascade_acc_BB": _accuracy(finals.get("B>B")),
         "eval/solo_acc_A": _accuracy(solo.get("A")),
         "eval/solo_acc_B": _accuracy(solo.get("B")),
         "eval/solo_acc_base": _accuracy(solo.get("base")),
@@ -403,7 +446,7 @@ def summarise(games: Mapping[str, Game], headline: Sequence[str], *, step: int, 
         # each completion once: the solo rows repeat the drafts and are not counted again
         "eval/verifier_failures": sum(a.verdict.failed for a in attempts),
         "eval/headline_orders": list(headline),
-        **divergence(_answers_by_problem(games, "A"), _answers_by_problem(games, "B")),
+        **divergence(_answers_by_problem(drafted, "A"), _answers_by_problem(drafted, "B")),
     }
     return EvalResult(metrics, rows, dict(games))
 
@@ -447,15 +490,16 @@ def divergence(a: Answers, b: Answers) -> dict[str, float | None]:
     return {"eval/agree_AB": ab, "eval/agree_AA": aa, "eval/agree_BB": bb, "eval/divergence": div}
 
 
-def _rows(order: str, game: Game, step: int, phase: str) -> list[dict[str, Any]]:
-    """eval.jsonl rows of one game: a cascade's draft and final stages, and its drafts again as the drafter alone."""
+def _rows(order: str, game: Game, step: int, phase: str, solo: bool = True) -> list[dict[str, Any]]:
+    """eval.jsonl rows of one game: a cascade's draft and final stages, and (``solo``) its drafts again as the
+    drafter alone."""
     rows = []
     for i, rnd in enumerate(game.rounds):
         if rnd.challenge is None:
             stages = [(order, "final", rnd.draft)]
         else:
-            stages = [(order, "draft", rnd.draft), (order, "final", rnd.challenge),
-                      (_name(game.drafter), "final", rnd.draft)]
+            stages = [(order, "draft", rnd.draft), (order, "final", rnd.challenge)] + \
+                [(_name(game.drafter), "final", rnd.draft)] * solo
         rows += [{"step": step, "phase": phase, "order": o, "stage": stage, "problem_id": rnd.problem.id,
                   "sample": i % game.group_size, "correct": a.verdict.correct, "format_ok": a.verdict.format_ok,
                   "tokens": a.completion.n_tokens, "status": a.verdict.status,

@@ -2,7 +2,10 @@
 
 ``diagnose`` asks every adapter (and the base) to answer held-out problems after a rival's recap, a correct recap, a
 recap with one known slip (``wrong_recaps``: a worked solution with one step wrong, where the task can make one) and
-no recap at all, and plays every (drafter, answerer) pair among them (the cross-play matrix). The trainer runs it at
+no recap at all, and plays every (drafter, answerer) pair among them (the cross-play matrix). The check battery
+asks them again after each kind of recap the task makes with a known defect (``check_battery``), so that a rise
+after a right recap can be told from checking: a challenger that checks loses little after a wrong step or a dead
+end, one that completes whatever it reads loses most there. The trainer runs it at
 the end of a run (``eval.diagnostic``), ``agon-eval`` on a finished run's saved adapters. Left out on purpose:
 loading runs and writing files (``agon.eval``).
 """
@@ -10,6 +13,7 @@ loading runs and writing files (``agon.eval``).
 from __future__ import annotations
 
 import random
+from typing import Any
 
 RECAP_CONDITIONS = ("rival", "rival_right", "rival_wrong", "correct", "wrong", "none")
 # under exchange=latent, the same conditions read as key/value prefixes (latent/<challenger>/<condition>)
@@ -42,6 +46,15 @@ def wrong_recaps(task, problems, rng: random.Random, tries: int = 10) -> list[st
     return [None if w is None else task.recap(w) for w in wrong_solutions(task, problems, rng, tries)]
 
 
+def check_battery(task, rows, solutions: list[str | None], rng: random.Random) -> list[dict[str, Any]]:
+    """Each row's check battery (``Task.recap_battery``: a recap of each of ``BATTERY_KINDS`` with a known defect,
+    None where the task cannot make it) from its right solution; every kind None where the row has none."""
+    from agon.tasks import BATTERY_KINDS
+
+    return [dict.fromkeys(BATTERY_KINDS) if s is None else task.recap_battery(p, s, rng)
+            for p, s in zip(rows, solutions)]
+
+
 def diagnose(policies, task, cfg, problems, engine=None, samples: int | None = None) -> dict[str, float]:
     """Cross-play and the recap diagnostic on ``problems`` x ``samples`` (default ``eval.diagnostic_samples``).
 
@@ -54,6 +67,13 @@ def diagnose(policies, task, cfg, problems, engine=None, samples: int | None = N
     ``recap/n_wrong`` counts the problems that got a wrong recap. Drafts are sampled once per drafter and shared by
     every answerer.
 
+    The check battery: ``battery/<answerer>/<kind>`` is every adapter's and the base's accuracy on the visible
+    challenge prompt after a recap of each kind of ``agon.tasks.BATTERY_KINDS`` (a right prefix, a recap that shows
+    a wrong step, a dead end, an empty recap), made by the task (``Task.recap_battery``) from the row's worked
+    solution or, where the task has none (DeepMath, CodeContests), from a right draft of this diagnostic's;
+    ``battery/n/<kind>`` counts the rows the kind was made for (NaN accuracies where none). It samples after every
+    other key, so it leaves their draws as they were without it.
+
     Under ``exchange=latent`` the cross-play answerer reads the drafter's states of ``exchange.span`` (as the run's
     cascade does), the ``recap/*`` keys still probe the text recap on the visible prompt (what a recap's text is
     worth to a challenger, whatever the run exchanges), and ``latent/<challenger>/<condition>`` probe the same
@@ -65,7 +85,8 @@ def diagnose(policies, task, cfg, problems, engine=None, samples: int | None = N
     from agon.engines import Sampling
     from agon.engines.hf import HFEngine
     from agon.models.latent import SPANS, Prefixes
-    from agon.game.rollout import latent_prefixes, render, sample_attempts
+    from agon.game.rollout import derive_seed, latent_prefixes, render, sample_attempts
+    from agon.tasks import BATTERY_KINDS
 
     engine = engine or HFEngine(policies)
     sampling = Sampling.from_config(cfg.eval)
@@ -133,5 +154,15 @@ def diagnose(policies, task, cfg, problems, engine=None, samples: int | None = N
             out[f"{key}/wrong"] = _mean(after(c, worked_spans([wrong_worked[i] for i in wrong_rows], wrong_rows,
                                                               rival), wrong_rows)) if wrong_rows else float("nan")
             out[f"{key}/none"] = _mean(after(c, None))
+    # last: what it samples comes after every draw of the keys above, which stay as they were without it
+    solutions = [w if w is not None else next((drafts[d][i].completion.text for d in names
+                                               if drafts[d][i].verdict.correct), None) for i, w in enumerate(worked)]
+    battery = check_battery(task, rows, solutions, random.Random(derive_seed(cfg.seed, "battery")))
+    for kind in BATTERY_KINDS:
+        made = [i for i, b in enumerate(battery) if b[kind] is not None]
+        out[f"battery/n/{kind}"] = float(len(made))
+        for c in names:
+            out[f"battery/{c or 'base'}/{kind}"] = _mean(answers(
+                c, [battery[i][kind].recap for i in made], [rows[i] for i in made])) if made else float("nan")
     return out
 

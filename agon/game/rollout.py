@@ -138,6 +138,9 @@ class Match:
     challenger: str | None | bool
     problems: Sequence[Problem]
     seeds: Sequence[int | None]
+    # drafts already written, one per round (another order's, read again by another answerer): only the answers are
+    # sampled, each from its round's challenge seed
+    drafts: Sequence[Attempt] | None = None
 
 
 # told (match, row, round) as each round is complete
@@ -198,12 +201,37 @@ def play_rounds(policies: Policies, task: Task, model_cfg: Any, matches: Sequenc
         return follow
 
     first = [request(m, i, "draft", plain[m][i])
-             for m, match in enumerate(matches) for i in range(len(match.problems))]
+             for m, match in enumerate(matches) if match.drafts is None for i in range(len(match.problems))]
+    for m, match in enumerate(matches):
+        for i, draft in enumerate(match.drafts or ()):
+            drafts[(m, i)], recaps[(m, i)] = draft, task.recap(draft.completion.text)
+            if exchange == "visible":
+                message = task.challenge_message(match.problems[i], recaps[(m, i)])
+                first.append(request(m, i, "challenge", render(policies, task, model_cfg, message)))
     if exchange != "visible":  # the challenge reads the plain prompt: it need not wait for its draft
         first += [request(m, i, "challenge", plain[m][i]) for m, match in enumerate(matches)
                   if match.challenger is not False for i in range(len(match.problems))]
     engine.stream(first, sampling, then, on_sampled)
     return rounds  # type: ignore[return-value]
+
+
+def answer_drafts(policies: Policies, task: Task, model_cfg: Any, game: Game, reader: str | None, *, exchange: str,
+                  sampling: Sampling, engine: Engine, seeds: Sequence[int | None] | None = None,
+                  on_sampled: Callable[[int], object] | None = None, span: str = "recap") -> Game:
+    """``game``'s drafts answered again, by ``reader``: the same drafts and recaps, another answerer (a self-cascade
+    of A reads the very drafts of ``A>B``). ``seeds``: each row's seed, from which its answer's is derived."""
+    drafts = game.attempts("drafter")
+    problems = [r.problem for r in game.rounds]
+    if exchange == "latent":
+        plain = [d.prompt for d in drafts]
+        prefixes = latent_prefixes(policies, task, drafts, game.drafter, span)
+        answers = sample_attempts(engine, task, reader, problems, plain, sampling, on_sampled, prefixes)
+        rounds = [Round(p, d, r.recap, a) for p, d, r, a in zip(problems, drafts, game.rounds, answers)]
+    else:
+        match = Match(game.drafter, reader, problems, [None] * len(problems) if seeds is None else seeds, drafts)
+        rounds = play_rounds(policies, task, model_cfg, [match], exchange=exchange, sampling=sampling,
+                             engine=engine, on_sampled=on_sampled)[0]
+    return Game(rounds, game.drafter, reader, game.group_size)
 
 
 def play(
@@ -266,3 +294,13 @@ def play_split(ranks: Ranks, policies: Policies, task: Task, model_cfg: Any, pro
     games = ranks.gather(mine)
     start = sum(len(g.rounds) for g in games[: ranks.rank])
     return Game.concat(games), slice(start, start + len(mine.rounds))
+
+
+def answer_split(ranks: Ranks, policies: Policies, task: Task, model_cfg: Any, game: Game, rows: slice,
+                 reader: str | None, seeds: Sequence[int | None] | None = None, **kwargs: Any) -> Game:
+    """``answer_drafts`` of this rank's ``rows`` of ``game`` (``play_split``'s slice; ``seeds``: one per row of
+    the whole game); returns the whole game, every rank's rounds in order."""
+    mine = Game(game.rounds[rows], game.drafter, game.challenger, game.group_size)
+    answered = answer_drafts(policies, task, model_cfg, mine, reader, seeds=None if seeds is None else seeds[rows],
+                             **kwargs)
+    return Game.concat(ranks.gather(answered))

@@ -5,6 +5,10 @@ up by ``cfg.kind`` and nothing else creates tasks. Verification takes whole batc
 worker processes; it never raises for a bad completion and never returns a silent zero: every ``Verdict`` says
 why it scored as it did, and ``status`` values other than ``ok``/``wrong``/``no_answer`` are counted as verifier
 failures by the trainer.
+
+``Task.recap_battery`` makes the check battery: for one problem, recaps with a known defect (or none), each with the
+completions that finish it faithfully, so an evaluation can ask whether a challenger checks a recap rather than
+completing it. Each task makes the kinds it can make exactly (docs/tasks.md, "The check battery").
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from agon.tasks.text import remove_boxed, visible_text
+from agon.tasks.text import perturb_last_number, remove_boxed, visible_text
 
 # Statuses a verifier may return. ok/wrong/no_answer are the model's doing; the rest are the verifier's failures.
 MODEL_STATUSES = ("ok", "wrong", "no_answer")
@@ -46,6 +50,21 @@ class Verdict:
     def failed(self) -> bool:
         """True when the verifier, not the model, is why this could not be scored."""
         return self.status in FAILURE_STATUSES
+
+
+# the kinds of recap in the check battery, in the order tables show them
+BATTERY_KINDS = ("right", "wrong_step", "dead_end", "empty")
+
+
+@dataclass(frozen=True)
+class BatteryRecap:
+    """One recap of the check battery: its kind (``BATTERY_KINDS``), its text, and every completion that finishes
+    it faithfully (continues its shown steps as they stand), which the task's verifier grades: some right for
+    ``right``, none right for ``wrong_step`` and ``dead_end``; ``empty`` is finished by the worked solution."""
+
+    kind: str
+    recap: str
+    finishes: tuple[str, ...]
 
 
 class Task(ABC):
@@ -93,6 +112,28 @@ class Task(ABC):
         worked solution (of a plausible wrong one when ``rival_wrong``) and the worked solution from scratch. A task
         whose answer checks the recap (target sum) draws the two together."""
         return self.recap(self.worked_solution(problem, rng if rival_wrong else None)), self.worked_solution(problem)
+
+    def recap_battery(self, problem: Problem, solution: str, rng: Random) -> dict[str, BatteryRecap | None]:
+        """For a problem and a right worked solution (its completion text), a recap of each kind, None where the
+        task cannot make that kind for this problem; every key of ``BATTERY_KINDS`` is present. Deterministic given
+        ``rng``.
+
+        The default (DeepMath, CodeContests, any plugin task) knows no steps, only text: ``right`` is the recap of
+        ``solution``, finished by it; ``empty`` is "", finished by ``solution``; ``wrong_step`` is the right recap
+        with the last number of its last shown step moved (``agon.tasks.text.perturb_last_number``; None where the
+        recap is empty or that step has no number), with no finishes: the framework cannot write a faithful finish
+        of a text it changed blindly. On free text a changed number is not always a wrong recap (the last line may
+        restate the problem, or name a number the answer does not rest on), which is why an evaluation reports how
+        many such recaps it made, not that each is wrong. ``dead_end`` is None: a dead end needs the task's own
+        search."""
+        right = self.recap(solution)
+        wrong = perturb_last_number(right, rng)
+        return {
+            "right": BatteryRecap("right", right, (solution,)),
+            "wrong_step": None if wrong is None else BatteryRecap("wrong_step", wrong, ()),
+            "dead_end": None,
+            "empty": BatteryRecap("empty", "", (solution,)),
+        }
 
     def close(self) -> None:
         """Release worker pools or sandboxes."""

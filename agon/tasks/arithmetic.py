@@ -4,7 +4,8 @@ A problem is ``93+1-38``; its worked solution is ``<think>93+1=94;94-38=56</thin
 reasoning block holds every step, the recap after it repeats all steps but the last (so a rival can check or reuse
 the partial results without being handed the answer), and the answer sits in a box. Problems come from a seeded
 generator; the held-out split is drawn with ``split_seed`` and removed from the training pool, so it is the same in
-every run and never trained on. Difficulty knobs: ``min_terms``/``max_terms`` and ``max_operand``.
+every run and never trained on. Difficulty knobs: ``min_terms``/``max_terms`` and ``max_operand``. The check
+battery (``recap_battery``) has a right recap, one whose last shown step slipped, and none; no dead end.
 
 Left out on purpose: multiplication and parentheses. The tiny model has to learn carries within minutes on two CPU
 cores; anything harder belongs to ``task=reasoning_gym``.
@@ -16,11 +17,8 @@ import random
 from functools import cached_property
 from typing import Sequence
 
-from agon.tasks import Problem, Task, Verdict, register_task
-from agon.tasks.text import boxed_answers, visible_text, worked_text
-
-# how far a corrupted step is off: the plausible slips of a worked solution (a wrong rival in the warm start)
-SLIPS = (-10, -2, -1, 1, 2, 10)
+from agon.tasks import BatteryRecap, Problem, Task, Verdict, register_task
+from agon.tasks.text import SLIPS, boxed_answers, visible_text, worked_text
 
 
 def _steps(expr: str) -> list[tuple[int, str, int, int]]:
@@ -50,16 +48,31 @@ def evaluate(expr: str) -> int:
 def worked_solution(expr: str, corrupt_rng: random.Random | None = None) -> str:
     """The reference completion for ``expr``; with ``corrupt_rng`` one step's result is off by a small amount and
     the error propagates (a plausible wrong draft, used to make rival recaps imperfect in the warm start)."""
-    steps = _steps(expr)
-    bad = corrupt_rng.randrange(len(steps)) if corrupt_rng else -1
+    if corrupt_rng is None:
+        return slipped_solution(expr, -1, 0)
+    bad = corrupt_rng.randrange(len(_steps(expr)))
+    return slipped_solution(expr, bad, corrupt_rng.choice(SLIPS))
+
+
+def slipped_solution(expr: str, step: int, slip: int) -> str:
+    """The reference completion for ``expr`` with step ``step``'s result off by ``slip``, the error carried into
+    every later step and the answer (no step, -1, or no slip, 0: the right one)."""
     lines, acc = [], None
-    for i, (left, op, right, _) in enumerate(steps):
+    for i, (left, op, right, _) in enumerate(_steps(expr)):
         left = left if acc is None else acc
         acc = left + right if op == "+" else left - right
-        if i == bad:
-            acc += corrupt_rng.choice(SLIPS)  # type: ignore[union-attr]
+        if i == step:
+            acc += slip
         lines.append(f"{left}{op}{right}={acc}")
     return worked_text(lines, str(acc))
+
+
+def wrong_last_shown_step(expr: str, rng: random.Random) -> str | None:
+    """The check battery's wrong step: the reference completion with the last step its recap shows (every step but
+    the last) off by a slip drawn from ``SLIPS``, the steps before it right and the error carried through the hidden
+    last step to a wrong answer; None where the recap shows no step (two operands)."""
+    shown = len(_steps(expr)) - 1
+    return slipped_solution(expr, shown - 1, rng.choice(SLIPS)) if shown > 0 else None
 
 
 def random_expression(rng: random.Random, min_terms: int, max_terms: int, max_operand: int) -> str:
@@ -106,6 +119,21 @@ class ArithmeticTask(Task):
 
     def worked_solution(self, problem: Problem, corrupt_rng: random.Random | None = None) -> str:
         return worked_solution(problem.question, corrupt_rng)
+
+    def recap_battery(self, problem: Problem, solution: str,
+                      rng: random.Random) -> dict[str, BatteryRecap | None]:
+        """The check battery (``Task.recap_battery``): ``right``, the recap of ``solution``, finished by it;
+        ``wrong_step``, the recap with its last shown step's result off by a slip (``wrong_last_shown_step``),
+        finished by the completion that carries the wrong value through the hidden last step to its wrong answer
+        (None for two operands, whose recap shows no step); ``empty``, "", finished by ``solution``. ``dead_end`` is
+        None: a left-to-right sum has no dead end, since right steps always extend to the answer."""
+        wrong = wrong_last_shown_step(problem.question, rng)
+        return {
+            "right": BatteryRecap("right", self.recap(solution), (solution,)),
+            "wrong_step": None if wrong is None else BatteryRecap("wrong_step", self.recap(wrong), (wrong,)),
+            "dead_end": None,
+            "empty": BatteryRecap("empty", "", (solution,)),
+        }
 
     def verify(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Verdict]:
         out = []

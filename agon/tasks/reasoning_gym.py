@@ -12,7 +12,9 @@ scorer that raises scores 0 with ``status="error"`` (counted by the trainer).
 tiny model on the dataset's own training items): step by step for the datasets in ``WORKED_SOLUTIONS``
 (``products``: long multiplication, one partial product per digit, then their sums; ``basic_arithmetic`` and
 ``chain_sum``: left to right, as the built-in arithmetic), and for any other dataset the bare answer in the
-reasoning block, so its recap is empty and the visible exchange carries nothing. Left out on purpose: worked
+reasoning block, so its recap is empty and the visible exchange carries nothing. The check battery's wrong step
+(``recap_battery``) is the worked solution with its last shown step slipped (``WRONG_LAST_SHOWN_STEP``), elsewhere
+the text perturbation every task has. Left out on purpose: worked
 solutions for datasets whose reasoning is not a chain of small computations (puzzles, graphs, text games); add
 one to ``WORKED_SOLUTIONS`` to give a dataset a stepwise warm start.
 """
@@ -26,10 +28,10 @@ from typing import Any, Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from agon.tasks import Problem, Task, Verdict, register_task
-from agon.tasks.arithmetic import SLIPS
+from agon.tasks import BatteryRecap, Problem, Task, Verdict, register_task
 from agon.tasks.arithmetic import worked_solution as arithmetic_solution
-from agon.tasks.text import last_boxed, visible_text, worked_text
+from agon.tasks.arithmetic import wrong_last_shown_step as arithmetic_wrong_step
+from agon.tasks.text import SLIPS, last_boxed, visible_text, worked_text
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +75,19 @@ def _product_steps(factors: list[int], bad: int = -1, rng: random.Random | None 
     return steps, acc
 
 
-def _products(entry: dict, corrupt_rng: random.Random | None) -> str | None:
-    """``42 * 25``: ``42*5=210;42*20=840;210+840=1050``; None for negative factors."""
+def _factors(entry: dict) -> list[int] | None:
+    """The factors of a products entry (``42 * 25``); None where they are not all non-negative integers."""
     try:
         factors = [int(f) for f in str(entry["metadata"]["expression"]).split("*")]
     except (KeyError, ValueError):
         return None
-    if any(f < 0 for f in factors):
+    return None if any(f < 0 for f in factors) else factors
+
+
+def _products(entry: dict, corrupt_rng: random.Random | None) -> str | None:
+    """``42 * 25``: ``42*5=210;42*20=840;210+840=1050``; None for negative factors."""
+    factors = _factors(entry)
+    if factors is None:
         return None
     steps, answer = _product_steps(factors)
     if corrupt_rng is not None:
@@ -87,12 +95,35 @@ def _products(entry: dict, corrupt_rng: random.Random | None) -> str | None:
     return worked_text(steps, str(answer))
 
 
+def _products_wrong_step(entry: dict, rng: random.Random) -> str | None:
+    """``_products`` with the last step its recap shows off by a slip, carried through the hidden last step
+    (``42*20=841`` then ``210+841=1051``); None for negative factors, a recap that shows no step (``42 * 50``), or
+    a slip the last step erases (a product by 0)."""
+    factors = _factors(entry)
+    if factors is None:
+        return None
+    steps, answer = _product_steps(factors)
+    # with one step the recap shows none: step -1 slips nothing and the answer stays right
+    steps, wrong = _product_steps(factors, len(steps) - 2, rng)
+    return worked_text(steps, str(wrong)) if wrong != answer else None
+
+
+def _expression(entry: dict) -> str | None:
+    """A sum's expression without spaces (``5-3-6``); None for negatives or parentheses."""
+    expr = str(entry.get("metadata", {}).get("expression", "")).replace(" ", "")
+    return expr if re.fullmatch(r"\d+([+-]\d+)+", expr) else None
+
+
 def _additions(entry: dict, corrupt_rng: random.Random | None) -> str | None:
     """``5 - 3 - 6``: the built-in arithmetic's steps; None for negatives or parentheses."""
-    expr = str(entry.get("metadata", {}).get("expression", "")).replace(" ", "")
-    if not re.fullmatch(r"\d+([+-]\d+)+", expr):
-        return None
-    return arithmetic_solution(expr, corrupt_rng)
+    expr = _expression(entry)
+    return None if expr is None else arithmetic_solution(expr, corrupt_rng)
+
+
+def _additions_wrong_step(entry: dict, rng: random.Random) -> str | None:
+    """The built-in arithmetic's wrong step (``agon.tasks.arithmetic.wrong_last_shown_step``)."""
+    expr = _expression(entry)
+    return None if expr is None else arithmetic_wrong_step(expr, rng)
 
 
 # dataset name -> (entry, corrupt_rng) -> reference completion, or None where the entry is outside its reach
@@ -100,6 +131,13 @@ WORKED_SOLUTIONS: dict[str, Callable[[dict, random.Random | None], str | None]] 
     "products": _products,
     "basic_arithmetic": _additions,
     "chain_sum": _additions,
+}
+# dataset name -> (entry, rng) -> the check battery's wrong step: the reference completion with the last step its
+# recap shows off by a slip and the error carried to a wrong answer; None where the recap shows no step
+WRONG_LAST_SHOWN_STEP: dict[str, Callable[[dict, random.Random], str | None]] = {
+    "products": _products_wrong_step,
+    "basic_arithmetic": _additions_wrong_step,
+    "chain_sum": _additions_wrong_step,
 }
 
 
@@ -167,6 +205,24 @@ class ReasoningGymTask(Task):
         write = WORKED_SOLUTIONS.get(self.cfg.name)
         text = write(problem.meta["entry"], corrupt_rng) if write else None
         return text if text is not None else worked_text([problem.answer], problem.answer)
+
+    def recap_battery(self, problem: Problem, solution: str,
+                      rng: random.Random) -> dict[str, BatteryRecap | None]:
+        """The check battery (``Task.recap_battery``). For a dataset in ``WRONG_LAST_SHOWN_STEP``: ``right``, the
+        recap of ``solution``, finished by it; ``wrong_step``, the worked solution with the last step its recap
+        shows off by a slip, finished by that completion (the wrong value carried to a wrong answer, graded by the
+        dataset's ``score_answer``), None where the recap shows no step; ``dead_end`` None (sums and long
+        multiplication have none); ``empty``, "", finished by ``solution``. Any other dataset: the default."""
+        write = WRONG_LAST_SHOWN_STEP.get(self.cfg.name)
+        if write is None:
+            return super().recap_battery(problem, solution, rng)
+        wrong = write(problem.meta["entry"], rng)
+        return {
+            "right": BatteryRecap("right", self.recap(solution), (solution,)),
+            "wrong_step": None if wrong is None else BatteryRecap("wrong_step", self.recap(wrong), (wrong,)),
+            "dead_end": None,
+            "empty": BatteryRecap("empty", "", (solution,)),
+        }
 
     def verify(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Verdict]:
         return [self._verify_one(p, c) for p, c in zip(problems, completions, strict=True)]

@@ -39,6 +39,9 @@ Right recaps stay the majority because choosing the last sign is what the first 
 shown often enough to teach the switch from checking to searching, while the search after it is only as good as a
 solo draft, which is what RL is left to improve (with the drafter's own search).
 
+The check battery (``recap_battery``) asks a trained challenger to answer after a right recap, a dead end, a recap
+whose last step's result is wrong, and none, each with the completions that continue it as it stands.
+
 Left out on purpose: countdown's other operations and free order. Multiplication alone walls off a model this
 size (reasoning-gym's products start near 20% after a long warm start), and free order makes the search
 factorial, which no short trace holds. Skipping the refuted subtree in the search after a dead end: it would save
@@ -53,7 +56,7 @@ import re
 from functools import cached_property
 from typing import Sequence
 
-from agon.tasks import Problem, Task, Verdict, register_task
+from agon.tasks import BatteryRecap, Problem, Task, Verdict, register_task
 from agon.tasks.text import BOX, THINK_CLOSE, THINK_OPEN, boxed_answers, visible_text
 
 CHAIN = re.compile(r"\d+(?:[+-]\d+)*")
@@ -131,10 +134,24 @@ def recap_text(prefix: Sequence[str], operands: Sequence[int]) -> str:
     return ";".join(chain_steps(prefix, operands))
 
 
-def completion(trace: Sequence[str], signs: Sequence[str], operands: Sequence[int]) -> str:
-    """``<think>trace</think>`` the chain's steps but the last, and the chain boxed."""
-    recap = recap_text(signs[:-1], operands)
+def completion(trace: Sequence[str], signs: Sequence[str], operands: Sequence[int], recap: str | None = None) -> str:
+    """``<think>trace</think>`` the chain's steps but the last (or ``recap``, a recap as read), and the chain boxed."""
+    recap = recap_text(signs[:-1], operands) if recap is None else recap
     return f"{THINK_OPEN}{';'.join(trace)}{THINK_CLOSE}{recap}{BOX}{chain_text(signs, operands)}}}"
+
+
+def leaf_finishes(operands: Sequence[int], target: int, prefix: Sequence[str], acc: int, recap: str,
+                  hits_only: bool) -> tuple[str, ...]:
+    """The completions that finish ``recap`` (a recap stating ``prefix`` whose last step reads ``acc``) as it
+    stands: for each last sign, ``+`` first, the leaf test from ``acc`` as far as that sign, ``recap`` and the chain
+    boxed; with ``hits_only``, only the signs whose leaf (as computed from ``acc``) reaches ``target``."""
+    x, trace, out = operands[len(prefix) + 1], [], []
+    for sign in "+-":
+        leaf = acc + x if sign == "+" else acc - x
+        trace.append(f"{acc}{sign}{x}={leaf}")
+        if leaf == target or not hits_only:
+            out.append(completion(trace, [*prefix, sign], operands, recap))
+    return tuple(out)
 
 
 def random_problem(rng: random.Random, min_terms: int, max_terms: int, max_operand: int) -> str:
@@ -228,6 +245,49 @@ class TargetSumTask(Task):
         elif rng.random() >= self.cfg.warm_start_reuse:
             return recap_text(prefix, operands), self.worked_solution(problem)
         return recap_text(prefix, operands), self.answer_recap(problem, prefix)
+
+    def recap_battery(self, problem: Problem, solution: str,
+                      rng: random.Random) -> dict[str, BatteryRecap | None]:
+        """The check battery (``Task.recap_battery``), every finish written as the leaf test of the last gap from
+        the running value the recap's last step reads (``leaf_finishes``):
+
+        - ``right``: the worked solution's recap, finished by the last sign that reaches the target.
+        - ``dead_end``: a dead-end prefix drawn with ``rng`` (``recap_kinds``), finished by both last signs, neither
+          of which reaches the target; None where every prefix is live.
+        - ``wrong_step``: the right recap with its last step's result wrong (``10-5=9`` for ``10-5=5``), finished by
+          the sign whose leaf, computed from the wrong value, reaches the target. That chain truly misses: the
+          right value reaches the target with the other sign, and both signs cannot (operands are positive). Only
+          this wrong value (off by twice the last operand) makes a wrong step: from any other the leaf test shows a
+          dead end, whose finishes box each last sign, the right chain among them. None where the recap shows no
+          step (two operands).
+        - ``empty``: "", finished by ``solution``.
+
+        The right and wrong recaps do not depend on ``rng``; only the dead end is drawn."""
+        operands, target = parse(problem.question)
+        kinds, last = self.recap_kinds(problem), operands[-1]
+        right = kinds["right"][0]
+        right_recap = recap_text(right, operands)
+        value = chain_value(right, operands)
+        battery: dict[str, BatteryRecap | None] = {
+            "right": BatteryRecap("right", right_recap,
+                                  leaf_finishes(operands, target, right, value, right_recap, hits_only=True)),
+            "wrong_step": None,
+            "dead_end": None,
+            "empty": BatteryRecap("empty", "", (solution,)),
+        }
+        if kinds["dead_end"]:
+            dead = rng.choice(kinds["dead_end"])
+            dead_recap = recap_text(dead, operands)
+            battery["dead_end"] = BatteryRecap("dead_end", dead_recap, leaf_finishes(
+                operands, target, dead, chain_value(dead, operands), dead_recap, hits_only=False))
+        if right:
+            # the one wrong value from which the other last sign's leaf reaches the target
+            wrong = target + last if value + last == target else target - last
+            steps = chain_steps(right, operands)
+            recap = ";".join(steps[:-1] + [steps[-1].rpartition("=")[0] + f"={wrong}"])
+            battery["wrong_step"] = BatteryRecap("wrong_step", recap,
+                                                 leaf_finishes(operands, target, right, wrong, recap, hits_only=True))
+        return battery
 
     def verify(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[Verdict]:
         out = []

@@ -24,8 +24,10 @@ reaches it: Agon's final traces in the paper average 3.5k of 16k tokens (0.21; G
 cell's lengths fall linearly from early at step 0 to late at ``SETTLE`` of its steps (half), then stay late.
 
 An evaluation scores the held-out split (``task.heldout_size``) cut to ``eval.n_problems`` (an interim one further to
-``eval.interim_problems``), in chunks, and with ``eval.diagnostic`` plays the diagnostic's calls after it on the same
-problems (``diagnostic_calls``, never streamed).
+``eval.interim_problems``), in chunks; with ``eval.equal_generations`` each chunk's drafts are answered again by
+their readers (``methods.Evaluation.reads``; streamed, in a stream of their own after the plays'); with
+``eval.diagnostic`` it plays the diagnostic's calls after it on the same problems (``diagnostic_calls``, never
+streamed).
 
 Besides generation a step scores its completions, forward and backward (``per_scored_token``, ``per_pass`` per
 micro-batch), grades them (``per_completion``), and republishes each adapter it trained to an engine that holds a copy
@@ -202,6 +204,8 @@ class Plan:
     # row, drafts on the plain prompt and answers on the challenge's (``diagnostic_calls``)
     diagnostic: int = 0
     diagnosed: tuple[int, int] = (0, 0)
+    # the plays' drafts answered again at equal generations (eval.equal_generations): an answer per row each
+    reads: int = 0
 
 
 def diagnostic_calls(cfg: Any) -> tuple[int, int]:
@@ -209,7 +213,8 @@ def diagnostic_calls(cfg: Any) -> tuple[int, int]:
     its own. A draft by every adapter and the base; an answer by every pair of them (cross-play), then by each
     challenger after its rival's recap (the cross-play's own call where the exchange is visible), a correct and a
     wrong one (a task with worked solutions; the wrong one counted on every row, an upper bound) and none, and under
-    ``latent`` the same three as prefixes."""
+    ``latent`` the same three as prefixes; then by each player after each kind of the check battery (every kind
+    counted on every row, an upper bound: a task makes some kinds on some problems only)."""
     from agon.core.methods import get_method
     from agon.tasks import Task, load_task_kind
 
@@ -218,7 +223,9 @@ def diagnostic_calls(cfg: Any) -> tuple[int, int]:
     worked = kind is None or kind.worked_solution is not Task.worked_solution
     latent = cfg.exchange.mode == "latent"
     conditions = (cfg.exchange.mode != "visible") + 2 * worked + 1 + latent * (2 * worked + 1)
-    return players, players * players + players * conditions
+    from agon.tasks import BATTERY_KINDS
+
+    return players, players * players + players * (conditions + len(BATTERY_KINDS))
 
 
 def plan(cfg: Any, prompt: float, challenge: float, streams: bool = False, world: int = 1) -> Plan:
@@ -252,7 +259,8 @@ def plan(cfg: Any, prompt: float, challenge: float, streams: bool = False, world
         solo_row_tokens=t.solo_row_tokens, micro_batch_size=t.micro_batch_size,
         passes=t.num_iterations + (t.num_iterations > 1) / 3 + (t.beta != 0) / 3,
         diagnostic=e.diagnostic_samples if e.diagnostic else 0,
-        diagnosed=diagnostic_calls(cfg) if e.diagnostic else (0, 0))
+        diagnosed=diagnostic_calls(cfg) if e.diagnostic else (0, 0),
+        reads=len(method.evaluation(cfg.rotation.mode).reads()) if e.equal_generations else 0)
 
 
 def update_seconds(p: Plan, c: Costs, lengths: Lengths) -> float:
@@ -297,14 +305,16 @@ def eval_seconds(p: Plan, c: Costs, lengths: Lengths, size: tuple[int, int], str
     streamed = p.streamed if streamed is None else streamed
     problems, samples = size
     chunks = [min(p.chunk, problems - i) for i in range(0, problems, p.chunk)]
-    completions = sum(chunks) * samples / p.world * sum(p.plays)
+    completions = sum(chunks) * samples / p.world * (sum(p.plays) + p.reads)
     if streamed:
         rows = sum(chunks) * samples / p.world
         stages = [Stage(rows * len(p.plays), p.prompt, lengths)]
         if 2 in p.plays:
             stages.append(Stage(rows * p.plays.count(2), p.challenge, lengths))
         tail = chain(lengths, lengths) if p.chained and len(stages) > 1 else lengths.longest
-        generation = continuous_seconds(c, stages, tail) + c.per_commit * rows * len(p.plays)
+        generation = continuous_seconds(c, stages, tail) + c.per_commit * rows * (len(p.plays) + p.reads)
+        if p.reads:  # their own stream, after the plays' drafts exist
+            generation += continuous_seconds(c, [Stage(rows * p.reads, p.challenge, lengths)], lengths.longest)
     else:
         generation = 0.0
         for n in chunks:
@@ -313,6 +323,7 @@ def eval_seconds(p: Plan, c: Costs, lengths: Lengths, size: tuple[int, int], str
                 generation += stage_seconds(c, Stage(rows, p.prompt, lengths), p.eval_batch_tokens)
                 if stages == 2:
                     generation += stage_seconds(c, Stage(rows, p.challenge, lengths), p.eval_batch_tokens)
+            generation += p.reads * stage_seconds(c, Stage(rows, p.challenge, lengths), p.eval_batch_tokens)
     if p.diagnostic:  # after the evaluation, on its problems, a call per player and condition (one process)
         rows = problems * p.diagnostic
         drafts, answers = p.diagnosed
