@@ -434,8 +434,10 @@ def _report(s: dict[str, Any]) -> None:
 
     say(f"[agon] {s['method']} {s['overrides'] or '(defaults)'}: accuracy {pct('eval/accuracy_at_start')} -> "
         f"{pct('eval/accuracy')} on {s['eval/n_problems']} problems x {s['eval/samples']} samples; "
-        f"A {pct('eval/solo_acc_A')}, B {pct('eval/solo_acc_B')}, conversion {pct('eval/conversion_rate')}, "
-        f"regression {pct('eval/regression_rate')}; {s['train/steps']} steps in {s['time/total_s']:.0f}s")
+        f"at one and two generations per answer {pct('eval/accuracy_one_generation')} and "
+        f"{pct('eval/accuracy_two_generations')}; A {pct('eval/solo_acc_A')}, B {pct('eval/solo_acc_B')}, "
+        f"conversion {pct('eval/conversion_rate')}, regression {pct('eval/regression_rate')}; "
+        f"{s['train/steps']} steps in {s['time/total_s']:.0f}s")
 
 
 # errors whose message says all a user needs (a config value, a model that cannot load, an engine that cannot

@@ -24,6 +24,16 @@ SE from both evaluations: the floor and the run's interval); a run whose rows ho
 claim not testable. A claim with a ``task`` is put to that task's runs alone (claims fixed before one study's runs
 are not put to another's).
 
+A claim names what its two cells are matched on (``match``): ``steps`` (the default: each run's value after the
+training steps of its study), ``tokens`` (each trained run's held-out accuracy curve read at the largest count of
+generated tokens every trained run of the setting reaches, on one evaluation design: ``analysis.paired.budget_table``,
+its floor the largest binomial SD of the evaluations read) or ``generations`` (the headline at two generations per
+answer, ``analysis.tables.generation_runs``: ``eval/accuracy_two_generations``, a cascade's headline itself and a
+one-generation headline's self-cascade on the same drafts; for runs from before the evaluation played it the recap
+diagnostic's cross-play at the final evaluation, whose floor is the binomial SD over its answers, since it logs no
+rows). Two cells whose numbers at equal generations come from different sources are not compared ("not testable").
+Only a two-cell claim on ``eval/accuracy`` is matched on anything but steps.
+
 Intervals, per setting (task and model; claims never mix settings):
 
     pooled      the verdict's interval: Student's t on the difference of the two cells' means, with the seeds' SD
@@ -77,9 +87,10 @@ import pandas as pd
 import yaml
 
 from agon.core.methods import METHODS
-from analysis.paired import runs_with_outcomes
+from analysis.load import Runs
+from analysis.paired import budget_table, runs_with_outcomes
 from analysis.stats import pooled_interval, pooled_sd
-from analysis.tables import final_rows
+from analysis.tables import MAIN, eval_floor, final_rows, generation_runs
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,9 @@ class Claim:
     than: float | None = None
     # the task (the runs' ``task``) it is put to alone; None: every setting where its cells ran
     task: str | None = None
+    # what the two cells are matched on (``MATCHES``): equal training steps (each cell's headline after its steps),
+    # equal generated tokens, or equal generations per answer
+    match: str = "steps"
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,18 @@ class Rules:
 
 WRITTEN = ("before", "after")
 DESCRIPTION = "description (written after its runs)"
+# what a claim's two cells are matched on: ``steps`` (the default: each run's value after the training steps it
+# ran, one trainer.max_steps for every cell of a study), ``tokens`` (each run's held-out accuracy curve read at the
+# largest count of generated tokens every trained run of the setting reaches, on one evaluation design:
+# ``analysis.paired.budget_table``'s reading) or ``generations`` (the headline at two generations per answer,
+# ``analysis.tables.generation_runs``: ``eval/accuracy_two_generations``, the recap diagnostic's cross-play for
+# runs from before it)
+MATCHES = ("steps", "tokens", "generations")
+# the column a claim at equal generations reads, and the suffix of one at equal tokens (``<metric>@tokens``)
+GENERATIONS = "eval/accuracy_two_generations"
+AT_TOKENS = "@tokens"
+# the metric a claim matched on tokens or generations may name: the curves and the self-cascades are accuracies
+MATCHED_METRIC = "eval/accuracy"
 
 
 def _numbers(section: dict, name: str) -> dict[str, float]:
@@ -150,6 +176,15 @@ def parse_claims(data: dict) -> tuple[tuple[Claim, ...], Rules]:
         if (claim.right is None) == (claim.than is None):
             raise ValueError(f"claims.yaml: {claim.text!r}: name two cells (left, right) or one cell and a number "
                              "(cell, than)")
+        if claim.match not in MATCHES:
+            raise ValueError(f"claims.yaml: {claim.text!r}: match must be one of {', '.join(MATCHES)}, not "
+                             f"{claim.match!r}")
+        if claim.match != "steps" and (claim.right is None or claim.metric != MATCHED_METRIC):
+            raise ValueError(f"claims.yaml: {claim.text!r}: match {claim.match} compares two cells on "
+                             f"{MATCHED_METRIC} (a within-run claim and any other metric are matched on steps)")
+        if claim.match == "tokens" and claim.measure != "final":
+            raise ValueError(f"claims.yaml: {claim.text!r}: match tokens reads a final value (a curve at a token "
+                             "count has no value of its own at the start)")
         claims.append(claim)
     return tuple(claims), rules
 
@@ -185,21 +220,6 @@ def welch_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[f
 def bonferroni_level(level: float, k: int) -> float:
     """The level of each of k intervals that hold together at ``level``: 1 - (1 - level) / k."""
     return 1 - (1 - level) / max(k, 1)
-
-
-def eval_floor(rows: pd.DataFrame, field: str) -> float:
-    """The evaluation-sampling SD of one run's final value: ``rows`` are its final evaluation's graded samples
-    (``analysis.tables.final_rows``), ``field`` the one the metric averages. With G (problem, order) groups of k_g
-    samples and unbiased variances s_g^2, sqrt(sum_g s_g^2 / k_g) / G: the SD of the mean over its samples with the
-    problems held fixed, as every run of a grid evaluates the same problems. Groups of one sample add nothing (no
-    variance to estimate); nan without rows."""
-    if rows.empty or field not in rows:
-        return math.nan
-    keys = [k for k in ("problem_id", "order") if k in rows]
-    values = pd.to_numeric(rows[field], errors="coerce").astype(float)
-    groups = values.groupby([rows[k] for k in keys]) if keys else values.groupby(np.zeros(len(values)))
-    var, count = groups.var(ddof=1).fillna(0.0), groups.size()
-    return float(math.sqrt(float((var / count).sum())) / len(count))
 
 
 def run_floors(runs: pd.DataFrame, evals: pd.DataFrame | None, field: str) -> pd.Series:
@@ -355,45 +375,110 @@ def _one_sample_t(values: np.ndarray, than: float, level: float) -> tuple[float,
     return diff, diff - half, diff + half
 
 
+def matched_column(claim: Claim) -> str:
+    """The runs-frame column a claim's values come from: its metric at equal steps, ``GENERATIONS`` at equal
+    generations, ``<metric>@tokens`` at equal tokens (``with_generations`` and ``with_tokens`` add them)."""
+    return {"steps": claim.metric, "generations": GENERATIONS}.get(claim.match, claim.metric + AT_TOKENS)
+
+
+def _empty(frame: pd.DataFrame | None) -> pd.DataFrame:
+    return frame if frame is not None else pd.DataFrame()
+
+
+def with_generations(done: pd.DataFrame, evals: pd.DataFrame | None, steps: pd.DataFrame | None) -> pd.DataFrame:
+    """``done`` with each run's headline at two generations per answer in ``GENERATIONS`` (``generation_runs``: the
+    main evaluation's number where every run of its cell logged one, else the diagnostic's cross-play), its floor in
+    ``<GENERATIONS>_se`` (what ``run_floors_of`` reads) and where it comes from in ``<GENERATIONS>_reading``. A
+    cell read from the diagnostic has no start value (its runs logged none at the main evaluation), so a change
+    claim on it is not testable."""
+    per_run = generation_runs(Runs(done, _empty(steps), _empty(evals)))
+    done = done.copy()
+    done[GENERATIONS] = per_run["two"]
+    done[f"{GENERATIONS}_se"] = per_run["floor"]
+    done[f"{GENERATIONS}_reading"] = [f"{r['source']}, {r['design']}" if r["source"] else ""
+                                      for _, r in per_run.reindex(done.index).fillna("").iterrows()]
+    start = f"{GENERATIONS}_at_start"
+    if start in done:
+        done[start] = done[start].where(per_run["source"].reindex(done.index) == MAIN)
+    return done
+
+
+def with_tokens(done: pd.DataFrame, evals: pd.DataFrame | None, steps: pd.DataFrame | None,
+                metric: str = MATCHED_METRIC) -> pd.DataFrame:
+    """``done`` with each trained run's ``metric`` at equal generated tokens in ``<metric>@tokens``: its held-out
+    curve read at the largest token count every trained run of ``done`` reaches, each curve on one evaluation
+    design (``analysis.paired.budget_table``, one run an arm), its floor (the largest binomial SD of the evaluations
+    read, as there) in ``<metric>@tokens_se`` and the count in ``<metric>@tokens_reading``. Untrained runs (MoA,
+    whose only evaluation is at 0 tokens) are left out: they would pin every curve at 0. No column without
+    ``steps``."""
+    if steps is None or steps.empty or "run_id" not in done:
+        return done
+    trained = done[[_trains(m) for m in done["method"]]] if "method" in done else done
+    budget = budget_table(steps, trained, "run_id", metric=metric, evals=evals)
+    read = budget[(budget["x"] == "train/generated_tokens") & (budget["kind"] == "arm")]
+    if read.empty:
+        return done
+    column = metric + AT_TOKENS
+    done = done.copy()
+    done[column] = done["run_id"].map(dict(zip(read["left"], read["value"])))
+    done[f"{column}_se"] = float(read["floor"].iloc[0])
+    done[f"{column}_reading"] = f"at {read['at'].iloc[0]:,.0f} generated tokens"
+    return done
+
+
+def _reading(rows: pd.DataFrame, column: str) -> str:
+    """Where a cell's matched values come from (``<column>_reading``), "" at equal steps."""
+    key = f"{column}_reading"
+    return ", ".join(sorted({str(r) for r in rows[key] if r})) if key in rows else ""
+
+
 def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules,
-                    evals: pd.DataFrame | None) -> list[dict]:
+                    evals: pd.DataFrame | None, steps: pd.DataFrame | None = None) -> list[dict]:
     """The rows of one setting's claims (see ``claims_table``)."""
     task = done["task"].iloc[0] if "task" in done else None
     claims = [c for c in claims if c.task is None or c.task == task]
     if any(c.metric.startswith("paired/") and c.metric not in done for c in claims):
         done = runs_with_outcomes(done, evals)
+    if any(c.match == "generations" for c in claims):
+        done = with_generations(done, evals, steps)
+    if any(c.match == "tokens" for c in claims):
+        done = with_tokens(done, evals, steps)
     cells = [rows for _, rows in done.groupby(_cell_column(done), sort=False)]
     trained = [rows for rows in cells if _trains(rows["method"].iloc[0] if "method" in rows else None)]
     pools: dict[tuple[str, str], tuple[float, int, float, float, int]] = {}
     rows = []
     for claim in claims:
-        if claim.metric not in done:
+        # the column its values come from: the metric itself at equal steps, else its matched reading
+        column = matched_column(claim)
+        if column not in done:
             continue
         within = claim.right is None
         left_rows = cell_runs(done, claim.left)
         right_rows = None if within else cell_runs(done, claim.right)
         if left_rows is None or (right_rows is None and not within):
             continue  # a cell did not run (or its axis values name no single cell here)
-        left, miss_l = claim_values(left_rows, claim.metric, claim.measure)
-        right, miss_r = (np.array([]), 0) if within else claim_values(right_rows, claim.metric, claim.measure)
+        left, miss_l = claim_values(left_rows, column, claim.measure)
+        right, miss_r = (np.array([]), 0) if within else claim_values(right_rows, column, claim.measure)
         if (not len(left) and not miss_l) or (not within and not len(right) and not miss_r):
             continue  # the metric does not apply to a cell
-        key = (claim.metric, claim.measure)
+        key = (column, claim.measure)
         if key not in pools:
             values = [claim_values(rows, *key)[0] for rows in trained]
             seed_sd, df = pooled_sd(values)
             # the floor of the runs pooled; a change claim takes its final's (a lower bound), but on a within-run
             # metric each run's own SE of its change
-            floors = pd.concat([run_floors_of(rows, evals, claim.metric, rules, claim.measure)
+            floors = pd.concat([run_floors_of(rows, evals, column, rules, claim.measure)
                                 for rows in trained]) if trained else pd.Series(dtype=float)
             floor = float(floors.max()) if floors.notna().any() else math.nan
             sd = seed_sd if math.isnan(floor) or math.isnan(seed_sd) else max(seed_sd, floor)
             # the trained cells the metric applies to (a within-run metric: those with a cascade)
-            applies = sum(1 for rows in trained if claim.metric in rows
-                          and pd.to_numeric(rows[claim.metric], errors="coerce").notna().any())
+            applies = sum(1 for rows in trained if column in rows
+                          and pd.to_numeric(rows[column], errors="coerce").notna().any())
             pools[key] = (sd, df, seed_sd, floor, applies)
         sd, df, seed_sd, floor, pooled_cells = pools[key]
+        readings = [_reading(left_rows, column)] + ([] if within else [_reading(right_rows, column)])
         row = {"claim": claim.text, "written": claim.written, "metric": claim.metric, "measure": claim.measure,
+               "match": claim.match, "reading": " vs ".join(dict.fromkeys(readings)) if any(readings) else "",
                "direction": claim.direction, "left": claim.left,
                "right": f"{claim.than:g}" if within else claim.right,
                "seeds": f"{len(left) + miss_l}" if within else f"{len(left) + miss_l} vs {len(right) + miss_r}",
@@ -403,8 +488,14 @@ def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules,
                "min_effect": (rules.min_effects.get(claim.metric, math.nan) if claim.direction != "similar"
                               else math.nan),
                "than": claim.than if within else math.nan}
-        if miss_l or miss_r:
-            row["testable"] = f"not testable: {miss_l + miss_r} run(s) have no {claim.metric} at the start"
+        sources = {r.split(",")[0] for r in readings}
+        if claim.match == "generations" and len(sources) > 1:
+            # one cell's runs from before the main evaluation played the self-cascades: its number is read on the
+            # diagnostic's own drafts and size, the other's on the main evaluation's; no difference of the two
+            row["testable"] = f"not testable: its cells' numbers come from {' and '.join(sorted(sources))}"
+            row.update(left_mean=math.nan, right_mean=math.nan)
+        elif miss_l or miss_r:
+            row["testable"] = f"not testable: {miss_l + miss_r} run(s) have no {column} at the start"
             row.update(left_mean=math.nan, right_mean=math.nan)
         else:
             row["testable"] = ""
@@ -451,21 +542,25 @@ def _setting_claims(done: pd.DataFrame, claims: Sequence[Claim], rules: Rules,
     return rows
 
 
-COLUMNS = ["claim", "written", "metric", "measure", "direction", "left", "right", "seeds", "left_mean", "right_mean",
-           "difference", "ci_low", "ci_high", "verdict", "welch_low", "welch_high", "fw_low", "fw_high",
-           "fw_verdict", "level", "fw_level", "claims", "pooled_sd", "pooled_df", "seed_sd", "eval_floor",
-           "pooled_cells", "untrained_cells", "margin", "min_effect", "than"]
+COLUMNS = ["claim", "written", "metric", "measure", "match", "reading", "direction", "left", "right", "seeds",
+           "left_mean", "right_mean", "difference", "ci_low", "ci_high", "verdict", "welch_low", "welch_high",
+           "fw_low", "fw_high", "fw_verdict", "level", "fw_level", "claims", "pooled_sd", "pooled_df", "seed_sd",
+           "eval_floor", "pooled_cells", "untrained_cells", "margin", "min_effect", "than"]
 
 
 def claims_table(runs: pd.DataFrame, claims: Sequence[Claim] = CLAIMS, rules: Rules = RULES,
-                 evals: pd.DataFrame | None = None) -> pd.DataFrame:
+                 evals: pd.DataFrame | None = None, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per claim whose two cells are both among the complete runs (a within-run claim: whose cell is), per
     setting (``task`` and ``model``, when the frame has them; a ``setting`` column names it when there are several;
     a claim with a ``task`` is put to that task's setting alone). ``evals``: the runs' eval rows
     (``load_runs(...).evals``), from which each run's evaluation floor is computed, and a within-run metric
-    (``paired/...``, ``analysis.paired``); without them there is no floor and no within-run claim.
+    (``paired/...``, ``analysis.paired``); without them there is no floor and no within-run claim. ``steps``: the
+    runs' steps frame, whose curves a claim matched on tokens reads (without it no such claim is put); a claim
+    matched on generations reads the runs frame (and its eval rows for the floor).
 
-    Columns: claim, written, metric, measure, direction, left, right, seeds, left_mean and right_mean (of each
+    Columns: claim, written, metric, measure, match (``MATCHES``), reading (where a matched claim's values come
+    from, per cell: "main evaluation, 300 x 16", "diagnostic cross-play, 300 x 1", "at 2,082,636 generated
+    tokens"; "" at equal steps), direction, left, right, seeds, left_mean and right_mean (of each
     cell's values under the measure), difference, ci_low/ci_high (pooled interval) and verdict, welch_low/welch_high,
     fw_low/fw_high and fw_verdict (the family-wise interval; nan for a claim written after its runs), level and
     fw_level, claims (k), pooled_sd (the SD the intervals use: max(seed_sd, eval_floor)), pooled_df, seed_sd (the
@@ -482,7 +577,7 @@ def claims_table(runs: pd.DataFrame, claims: Sequence[Claim] = CLAIMS, rules: Ru
     several = bool(keys) and done[keys].drop_duplicates().shape[0] > 1
     for key, group in groups:
         setting = ", ".join(str(v) for v in (key if isinstance(key, tuple) else (key,)))
-        for row in _setting_claims(group, claims, rules, evals):
+        for row in _setting_claims(group, claims, rules, evals, steps):
             row.pop("testable", None)
             rows.append({**({"setting": setting} if several else {}), **row})
     if not rows:
@@ -532,10 +627,12 @@ def _notes(table: pd.DataFrame) -> list[str]:
     """The lines under a setting's table: how the intervals were formed (the seeds' SD, the floor and which of them
     the intervals use), the multiplicity, the minimum effects and the margin."""
     first = table.iloc[0]
+    table = table.assign(match=table["match"] if "match" in table else "steps")
     pools = []
-    for (metric, measure), rows in table.groupby(["metric", "measure"], sort=False):
+    for (metric, measure, match), rows in table.groupby(["metric", "measure", "match"], sort=False):
         r = rows.iloc[0]
         what = f"{'the change in ' if measure == 'change' else 'final '}{metric}"
+        what += "" if match == "steps" else f" at equal {match}"
         unit = "tokens" if in_tokens(metric) else "points"
         if math.isnan(r["eval_floor"]):
             floor = "no evaluation floor (the runs' eval rows were not read)"
@@ -558,6 +655,24 @@ def _notes(table: pd.DataFrame) -> list[str]:
                      "largest per-run SE (clustered by problem), the interval never narrower than the widest of "
                      "one of its runs (they share their problems); beside it Student's t on the cell's own seeds "
                      "in place of Welch's.")
+    matched = table[table["match"] != "steps"]
+    if len(matched):
+        lines.append("Match: each claim compares its cells at equal training steps (`steps`: each cell's headline "
+                     "after the steps of its study) unless it says otherwise.")
+    if (matched["match"] == "generations").any():
+        lines.append("At equal generations (`generations`): each cell's headline at two generations per answer, "
+                     "`eval/accuracy_two_generations` of its final evaluation (a cascade's headline itself; a "
+                     "one-generation headline's self-cascade on the very same drafts, GRPO's A>A); for runs from "
+                     "before the evaluation played the self-cascades, the recap diagnostic's cross-play at the final "
+                     "evaluation (the same orders on the diagnostic's own drafts; `analysis.tables.generation_runs`), "
+                     "which logs its accuracy alone, no rows, so its floor is the binomial SD over its answers. The "
+                     "match column says which and at what size (problems x samples); two cells read from different "
+                     "sources are not compared.")
+    if (matched["match"] == "tokens").any():
+        lines.append("At equal tokens (`tokens`): each trained run's held-out accuracy curve read at the largest "
+                     "count of generated tokens every trained run of the setting reaches, each curve on one "
+                     "evaluation design (`analysis.paired.budget_table`, as `paired.md` reads it); its floor is the "
+                     "largest binomial SD of the evaluations read.")
     k, after = int(first["claims"]), int((table["written"] != "before").sum())
     if k:
         lines.append(f"Multiplicity: {k} claims written before their runs put to this task; the family-wise "
@@ -591,9 +706,9 @@ def claims_markdown(table: pd.DataFrame) -> str:
         fw = _pct(rows.iloc[0]["fw_level"])
         level = _pct(rows.iloc[0]["level"])
         lines = [f"**{setting}**\n"] if setting is not None else []
-        lines += [f"| claim | written | cells | seeds | means | difference [{level} CI, pooled] | verdict | "
+        lines += [f"| claim | written | cells | match | seeds | means | difference [{level} CI, pooled] | verdict | "
                   f"Welch {level} CI | family-wise [{fw} CI] | family-wise verdict |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in rows.iterrows():
             m, unit = r["metric"], _unit(r["metric"])
             change = r["measure"] == "change"
@@ -612,8 +727,11 @@ def claims_markdown(table: pd.DataFrame) -> str:
             # a description is in no family: no family-wise interval or verdict
             family = ("- | - |" if r["written"] != "before" else
                       f"[{num('fw_low')}, {num('fw_high')}]{unit} | {r['fw_verdict']} |")
+            # what the cells are matched on, and for a matched reading where its numbers come from
+            match = str(r.get("match", "steps"))
+            match += f" ({r['reading']})" if r.get("reading") else ""
             lines.append(
-                f"| {r['claim']} | {r['written']} | {cells} | {r['seeds']} | {means} | "
+                f"| {r['claim']} | {r['written']} | {cells} | {match} | {r['seeds']} | {means} | "
                 f"{num('difference')} [{num('ci_low')}, {num('ci_high')}]{unit} | {r['verdict']} | "
                 f"[{num('welch_low')}, {num('welch_high')}]{unit} | {family}")
         lines += [""] + [f"- {note}" for note in _notes(rows)]

@@ -7,14 +7,17 @@
 The report shows the sweep's runs (W&B ``group`` = the sweep, as ``agon.records.wandb_logger`` names it) grouped by
 ``job_type`` (the cell), so every chart draws one line per cell, the mean over its seeds with their range as a band:
 
-    Held-out evaluation   pass@1, the cascades and each adapter alone, conversion and regression, trace length
+    Held-out evaluation   pass@1, the cascades and each adapter alone, one and two generations per answer and
+                          the self-cascades, conversion and regression, trace length
     Training              reward, accuracy, per adapter (``adapter/A/*``, ``adapter/B/*``: accuracy, reward,
                           entropy per role, gradient norm), advantages, clipped fraction, importance-sampling ratio
                           and sampler mismatch (vLLM), KL (beta != 0), divergence of the adapters
     Systems               tokens per second, step and generation time, peak GPU memory
-    Diagnostics           cross-play and the recap diagnostic at the last evaluation, as bars per cell
-    Results and claims    the results table and the claims with their intervals (``analysis.tables``,
-                          ``analysis.claims``), as Markdown written from the sweep's run directories
+    Diagnostics           cross-play, the recap diagnostic and the check battery at the last evaluation, as bars
+                          per cell
+    Results and claims    the results table, the claims with their intervals, the arms at equal generations,
+                          the diagnostic and the check battery (``analysis.tables``, ``analysis.claims``), as
+                          Markdown written from the sweep's run directories
     Figures               ``make figures``' figures, once logged with ``--wandb`` (below)
 
 Every chart names metric keys that the sweep's runs logged: ``PANELS`` lists each key, and a key that can be absent
@@ -69,6 +72,8 @@ class Panel:
     kind: str = "line"
     # a key that starts with one of these is a family (crossplay/...): every key of it the runs logged is drawn
     prefix: str = ""
+    # keys of a family that are counts, not accuracies: left out of its bars
+    counts: tuple[str, ...] = ("/n_wrong",)
 
 
 SECTIONS: dict[str, list[Panel]] = {
@@ -76,6 +81,11 @@ SECTIONS: dict[str, list[Panel]] = {
         Panel("held-out pass@1 (headline)", ["eval/accuracy"]),
         Panel("cascades and each adapter alone",
               ["eval/cascade_acc_AB", "eval/cascade_acc_BA", "eval/solo_acc_A", "eval/solo_acc_B"]),
+        # arms with one and two generations per answer compared at equal ones: the headline's drafters alone, the
+        # headline at two (a one-generation method's self-cascade), and each adapter answering its own drafts
+        Panel("equal generations: one and two per answer, self-cascades",
+              ["eval/accuracy_one_generation", "eval/accuracy_two_generations", "eval/cascade_acc_AA",
+               "eval/cascade_acc_BB"]),
         Panel("conversion and regression", ["eval/conversion_rate", "eval/regression_rate"]),
         Panel("final-stage trace length (tokens)", ["eval/final_trace_tokens", "train/final_trace_tokens"]),
     ],
@@ -111,6 +121,8 @@ SECTIONS: dict[str, list[Panel]] = {
     "Diagnostics (last evaluation)": [
         Panel("cross-play: drafter > answerer", [], kind="bar", prefix="crossplay/"),
         Panel("recap diagnostic: challenger given a recap", [], kind="bar", prefix="recap/"),
+        Panel("check battery: answerer after a recap of each kind", [], kind="bar", prefix="battery/",
+              counts=("battery/n/",)),
     ],
 }
 # keys a run of this code may lack, and why; any other key of PANELS missing from a sweep is an error
@@ -119,6 +131,9 @@ OPTIONAL = {
     "perf/": "only on a CUDA device",
     "/kl": "only with trainer.beta != 0",
     "eval/cascade_acc": "only for a method with a cascade",
+    "eval/accuracy_one_generation": "only in runs since each evaluation reads its arms at equal generations",
+    "eval/accuracy_two_generations": "only in runs since each evaluation reads its arms at equal generations, and "
+                                     "for one-generation methods only with eval.equal_generations",
     "eval/solo_acc_B": "only for a method with two adapters",
     "eval/conversion_rate": "only for a method with a cascade",
     "eval/regression_rate": "only for a method with a cascade",
@@ -160,20 +175,23 @@ def logged_keys(sweep: str | Path) -> set[str]:
     return {c for c in steps.columns if steps[c].notna().any()}
 
 
-def _markdown(sweep: Path) -> tuple[str, str, str]:
-    """The results table, the claims and the diagnostic tables (cascades, cross-play, recap) of the sweep, as
-    ``make figures`` writes them (``table.md``, ``claims.md``, ``diagnostic.md``)."""
+def _markdown(sweep: Path) -> tuple[str, str, str, str, str]:
+    """The results table, the claims, the diagnostic tables (cascades, cross-play, recap), the check battery and the
+    arms at equal generations of the sweep, as ``make figures`` writes them (``table.md``, ``claims.md``,
+    ``diagnostic.md``, ``battery.md``, ``generations.md``; "" for the last three where the runs logged none)."""
     from analysis.claims import claims_markdown, claims_table
     from analysis.load import load_runs
-    from analysis.tables import _caption, diagnostic_tables, results_table, to_markdown
+    from analysis.tables import (_caption, battery_markdown, battery_table, diagnostic_tables,
+                                 equal_generations_markdown, results_table, to_markdown)
 
     data = load_runs(sweep)
     results = results_table(data)
-    claims = claims_table(data.runs, evals=data.evals)
+    claims = claims_table(data.runs, evals=data.evals, steps=data.steps)
     return (to_markdown(results, _caption(data)),
             claims_markdown(claims) if not claims.empty else "No claim of analysis/claims.yaml has both of its "
             "cells in this sweep.",
-            diagnostic_tables(data, results))
+            diagnostic_tables(data, results), battery_markdown(battery_table(data, results)),
+            equal_generations_markdown(data))
 
 
 def build(sweep: str | Path, group: str | None = None, project: str = "agon", entity: str | None = None,
@@ -197,7 +215,8 @@ def build(sweep: str | Path, group: str | None = None, project: str = "agon", en
         charts = []
         for panel in panels:
             if panel.prefix:
-                keys = sorted(k for k in logged if k.startswith(panel.prefix) and not k.endswith("/n_wrong"))
+                keys = sorted(k for k in logged if k.startswith(panel.prefix)
+                              and not any(c in k for c in panel.counts))
             else:
                 keys = [k for k in panel.keys if k in logged]
                 dashboard.missing += [k for k in panel.keys if k not in logged and optional(k) is None]
@@ -223,11 +242,14 @@ def build(sweep: str | Path, group: str | None = None, project: str = "agon", en
                    wr.PanelGrid(runsets=[figures_runs], panels=[
                        wr.MediaBrowser(title="the paper's figures", media_keys=keys, num_columns=1,
                                        layout=wr.Layout(w=24, h=12))])]
-    table, claims, diagnostic = _markdown(sweep)
+    table, claims, diagnostic, battery, generations = _markdown(sweep)
     blocks += [wr.H2("Results (make figures' table.md)"), wr.MarkdownBlock(table),
                wr.H2("Claims, with pooled and family-wise intervals"), wr.MarkdownBlock(claims)]
-    if diagnostic:
-        blocks += [wr.H2("The recap diagnostic and cross-play, per cell"), wr.MarkdownBlock(diagnostic)]
+    for title, text in (("The arms at equal generations per answer", generations),
+                        ("The recap diagnostic and cross-play, per cell", diagnostic),
+                        ("The check battery, per cell and answerer", battery)):
+        if text:
+            blocks += [wr.H2(title), wr.MarkdownBlock(text)]
     dashboard.report = wr.Report(project=project, entity=entity or "", title=title or f"agon sweep {group}",
                                  description=f"cells of sweep {group}, mean and range over seeds",
                                  blocks=blocks, width="fluid")

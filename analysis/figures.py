@@ -19,13 +19,19 @@ Writes, each as PNG (300 dpi) and PDF, drawn at the size a paper prints it (one 
     conversion_regression  conversion P(final right | draft wrong) and regression P(final wrong | draft right)
     recap_diagnostic       the challenger's accuracy given its rival's recap, a correct one, a wrong one and none
                            (``eval.diagnostic``), at the first and the last evaluation; only when runs logged it
+    battery                each answerer's accuracy after a recap of each kind of the check battery (a right prefix,
+                           a wrong step shown, a dead end, an empty recap; ``battery/<answerer>/<kind>``) at the
+                           first and the last evaluation that logged it and the change between them; only when
+                           runs logged it
     divergence             the adapters' divergence (``eval/divergence``) at each evaluation; only when runs
                            logged it
     claims_forest          the claims (analysis.claims): each difference with its pooled 95% interval and the
                            family-wise one, the "about equal" band and the side the paper claims; only where the
                            runs hold the cells of a claim
 and ``table.csv``, ``table.md``, ``table.tex`` (one column), ``table_full.tex`` (the appendix; all four by
-analysis.tables.write_tables, with ``runs.md``: each run's commits and hours), ``paired.md``, ``paired.csv``
+analysis.tables.write_tables, with ``runs.md``: each run's commits and hours, ``diagnostic.md`` and ``battery.md``
+where runs logged the diagnostic and the check battery, and ``generations.md``: the arms at equal generations per
+answer, where some run has an answer at two generations), ``paired.md``, ``paired.csv``
 and ``budget.csv`` where some run has a cascade (analysis.paired: each run's and arm's cascade minus its drafts
 and conversion by the recap's kind, the first and the paired conversion gap also at the start and as their change
 since then where the runs' rows hold the start evaluation, and the arms at equal steps and equal generated
@@ -57,11 +63,12 @@ from matplotlib.ticker import MaxNLocator
 
 from agon.core.methods import METHODS
 from analysis.claims import RULES, claims_markdown, claims_table, in_tokens
-from analysis.labels import cell_label
+from analysis.labels import ANSWERER_LABELS, BATTERY_LABELS, cell_label
 from analysis.load import Runs, is_ablation, is_baseline, load_runs, newest_multirun
 from analysis.paired import eval_curve, on_smallest_design, write_paired
 from analysis.patterns import write_patterns
-from analysis.tables import RECAP_SHOWN, cell_interval, format_table, recap_values, results_table, write_tables
+from analysis.tables import (RECAP_SHOWN, battery_kinds, battery_table, battery_values, cell_interval, format_table,
+                             recap_values, results_table, write_tables)
 
 # files only, no display (pyplot picks its backend lazily, at the first figure)
 matplotlib.use("Agg")
@@ -503,6 +510,12 @@ def _label(row: Any, width: int = 26) -> str:
     return "\n".join(textwrap.wrap(cell_label(row["cell"]), width, break_on_hyphens=False))
 
 
+def _seed_dots(ax: plt.Axes, values: pd.Series, y: float, color: Any, marker: str) -> None:
+    """Each run's value as a faint dot at height ``y``, and their mean as a marker over them."""
+    ax.scatter(values, np.full(len(values), y), s=4, color=color, alpha=0.4, linewidths=0, zorder=2)
+    ax.scatter([values.mean()], [y], s=16, color=color, marker=marker, edgecolor="black", linewidths=0.4, zorder=3)
+
+
 def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
     """Per cell (rows), the challenger's accuracy under each recap condition at the first and at the last evaluation
     (two panels side by side, the same axis): a marker per condition at the mean over seeds, the seeds as faint
@@ -522,10 +535,7 @@ def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
                 values = recap_values(steps, row, condition, which, read_as).dropna() * 100
                 if values.empty:
                     continue
-                ax.scatter(values, np.full(len(values), y + offsets[k]), s=4, color=color, alpha=0.4,
-                           linewidths=0, zorder=2)
-                ax.scatter([values.mean()], [y + offsets[k]], s=16, color=color, marker=marker,
-                           edgecolor="black", linewidths=0.4, zorder=3)
+                _seed_dots(ax, values, y + offsets[k], color, marker)
         ax.set_title("(a) first evaluation (before training)" if which == "first" else "(b) last evaluation")
         ax.set_xlabel("challenger's accuracy (%)")
         ax.grid(axis="y", visible=False)
@@ -539,6 +549,69 @@ def recap_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
                                markersize=4, label=RECAP_SHOWN[k])
                         for k, c, m in zip(RECAP_SHOWN, RECAP_COLORS, RECAP_MARKERS)],
                loc="outside lower center", ncols=len(RECAP_SHOWN))
+    return fig
+
+
+# the check battery's kinds of recap, each a colour and a marker (the recap figure's four: right as a correct recap,
+# a wrong step as a wrong one, an empty recap as none; a dead end in the fourth)
+BATTERY_STYLE = {"right": (OKABE_ITO["green"], "^"), "wrong_step": (OKABE_ITO["vermillion"], "v"),
+                 "dead_end": (OKABE_ITO["blue"], "o"), "empty": (OKABE_ITO["black"], "s")}
+
+
+def battery_figure(data: Runs, table: pd.DataFrame) -> plt.Figure | None:
+    """Per cell and answerer (rows), the answerer's accuracy after a recap of each kind of the check battery
+    (``analysis.tables.battery_table``) at the first evaluation that logged it, at the last, and the change since
+    the first (three panels side by side): a marker per kind at the mean over seeds, the seeds as faint dots; a
+    kind the task cannot make is not drawn, nor named in the legend. Drawn for a page's width; None where no run
+    logged the battery."""
+    steps = data.steps
+    frame = battery_table(data, table)
+    if frame.empty:
+        return None
+    shown = list(dict.fromkeys(zip(frame["cell_key"], frame["answerer"])))
+    # the kinds some run has a value of: a kind the task never makes would be a legend entry with nothing drawn
+    drawn = frame.dropna(subset=["start", "end"], how="all")["kind"]
+    kinds = [k for k in battery_kinds(steps) if k in set(drawn)]
+    cells = dict(zip(frame["cell_key"], frame["cell"]))
+    fig, axes = plt.subplots(1, 3, figsize=(PAGE_WIDTH, 1.3 + 0.36 * len(shown)), layout="constrained", sharey=True)
+    offsets = np.linspace(-0.27, 0.27, len(kinds)) if len(kinds) > 1 else np.zeros(1)
+    for ax, which in zip(axes, ("first", "last", "change")):
+        for y, (key, answerer) in enumerate(shown):
+            for k, kind in enumerate(kinds):
+                color, marker = BATTERY_STYLE.get(kind, (OKABE_ITO["purple"], "D"))
+                column = f"battery/{answerer}/{kind}"
+                if which == "change":
+                    values = (battery_values(steps, key, column, "last")
+                              - battery_values(steps, key, column, "first")).dropna() * 100
+                else:
+                    values = battery_values(steps, key, column, which).dropna() * 100
+                if values.empty:
+                    continue
+                _seed_dots(ax, values, y + offsets[k], color, marker)
+        ax.grid(axis="y", visible=False)
+        for y in range(len(shown) - 1):
+            ax.axhline(y + 0.5, color="0.85", linewidth=0.6, zorder=1)
+    axes[0].set_title("(a) first evaluation")
+    axes[1].set_title("(b) last evaluation")
+    axes[2].set_title("(c) change since the first")
+    axes[0].set_xlabel("answerer's accuracy (%)")
+    axes[1].set_xlabel("answerer's accuracy (%)")
+    axes[2].set_xlabel("change (points)")
+    axes[2].axvline(0, color="black", linewidth=0.8, zorder=1)
+    low, high = axes[2].get_xlim()
+    reach = max(abs(low), abs(high))
+    axes[2].set_xlim(-reach, reach)  # 0 in the middle
+    # the accuracy panels on one scale, so a marker's place reads the same in both
+    lows, highs = zip(*(ax.get_xlim() for ax in axes[:2]))
+    for ax in axes[:2]:
+        ax.set_xlim(min(lows), max(highs))
+    labels = [_label({"cell": cells[key]}) + f"\n{ANSWERER_LABELS.get(answerer, answerer)}" for key, answerer in shown]
+    axes[0].set_yticks(range(len(shown)), labels)
+    axes[0].set_ylim(len(shown) - 0.5, -0.5)
+    fig.legend(handles=[Line2D([], [], marker=BATTERY_STYLE.get(k, (None, "D"))[1], linestyle="",
+                               color=BATTERY_STYLE.get(k, (OKABE_ITO["purple"], None))[0], markeredgecolor="black",
+                               markersize=4, label=BATTERY_LABELS.get(k, k)) for k in kinds],
+               loc="outside lower center", ncols=len(kinds))
     return fig
 
 
@@ -659,7 +732,7 @@ def make_figures(data: Runs, out_dir: str | Path = "figures") -> list[Path]:
     table = results_table(data)
     shown = table[table["seeds"] > 0].reset_index(drop=True)
     # the eval rows give each run's evaluation floor, under which no pooled SD may fall
-    claims = claims_table(data.runs, evals=data.evals)
+    claims = claims_table(data.runs, evals=data.evals, steps=data.steps)
     paths: list[Path] = []
     with plt.rc_context(STYLE):
         paths += _save(accuracy_figure(data, shown), out, "accuracy_grid")
@@ -667,6 +740,7 @@ def make_figures(data: Runs, out_dir: str | Path = "figures") -> list[Path]:
         paths += _save(training_curves_figure(data, table), out, "training_curves")
         paths += _save(conversion_figure(data, shown), out, "conversion_regression")
         for name, fig in (("recap_diagnostic", recap_figure(data, shown)),
+                          ("battery", battery_figure(data, shown)),
                           ("divergence", divergence_figure(data, shown)),
                           ("claims_forest", claims_forest_figure(claims))):
             if fig is not None:

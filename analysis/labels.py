@@ -25,7 +25,17 @@ METRIC_LABELS = {
     "train/accuracy": "training accuracy",
     "train/final_trace_tokens": "training trace length",
     "eval/divergence": "divergence A vs B",
+    "eval/accuracy_one_generation": "one generation per answer",
+    "eval/accuracy_two_generations": "two generations per answer",
 }
+# the check battery's kinds of recap (``agon.tasks.BATTERY_KINDS``: ``battery/<answerer>/<kind>``) and its answerers
+BATTERY_LABELS = {
+    "right": "right prefix",
+    "wrong_step": "wrong step shown",
+    "dead_end": "dead end",
+    "empty": "empty recap",
+}
+ANSWERER_LABELS = {"A": "adapter A", "B": "adapter B", "base": "base"}
 
 
 def cell_label(cell: Any) -> str:

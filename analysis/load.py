@@ -7,7 +7,8 @@ above several of them, and returns ``Runs(runs, steps, evals)``:
             exists, else "incomplete"), the axes ``method reward exchange rotation init task model experiment
             seed``, ``method_label``, ``overrides``, ``extra`` (overrides that are not an axis or the seed, less
             those every loaded run shares), the cell's ``cell`` label and ``cell_key``, ``headline_orders``,
-            ``git_commit``, ``git_dirty`` and ``launches`` (None where the run did not record them), and every
+            ``git_commit``, ``git_dirty`` and ``launches`` (None where the run did not record them),
+            ``diagnostic_samples`` (``eval.diagnostic_samples`` of its config; None without one), and every
             numeric value of ``summary.json`` under its own name (``eval/accuracy``, ...), and each
             ``eval/*`` value of the evaluation before training as ``<key>_at_start``
             (``eval/final_trace_tokens_at_start``; ``start_metrics``). ``model`` is the run's ``model_label``
@@ -342,6 +343,12 @@ def _run_row(rec: RunRecord) -> dict:
         "git_commit": summary.get("git_commit"),
         "git_dirty": summary.get("git_dirty"),
         "launches": summary.get("launches"),
+        # the diagnostic's samples per problem: the size of its cross-play, from which analysis.tables reads the
+        # answers at two generations of runs from before the evaluation played them (packed runs keep their config
+        # in summary.json alone)
+        "diagnostic_samples": next((v for v in (_select(config, "eval.diagnostic_samples"),
+                                                _select(summary.get("config"), "eval.diagnostic_samples"))
+                                    if _number(v)), None),
     }
     for key, value in summary.items():
         if key not in row and (_number(value) or value is None) and "/" in key:

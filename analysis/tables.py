@@ -9,6 +9,19 @@ bootstrap over problems of its one run) and the paper's reported values where th
 read from ``paper_results.yaml``, the data file that cites them). Fractions stay fractions in the frames; the text
 formats show percentages. ``two_generations`` reads the recap diagnostic's answers that take two generations each
 (drafts, then an answer after a recap), GRPO's adapter answering its own recap among them.
+
+The arms at equal generations per answer (``generation_runs``, ``equal_generations``, ``generation_differences``;
+``generations.md``): per cell at its final evaluation the headline's drafters alone (one generation), the headline at
+two (``eval/accuracy_two_generations``: a cascade's headline, a one-generation method's self-cascade on the same
+drafts) and the headline at equal steps, and each pair of cells' difference at two generations. Runs from before the
+main evaluation played the self-cascades fall back to the diagnostic's cross-play at the final evaluation, and the
+table says which source each cell's number came from. The check battery (``battery_table``, ``battery.md``): each
+answerer's accuracy after a recap of each kind of ``agon.tasks.BATTERY_KINDS`` at the first and the last evaluation
+that logged it, and the change between them.
+
+Left out on purpose: an interval on a cell's own number at two generations (the claims, ``match: generations``, put
+the differences that matter), and a difference of two cells whose numbers come from different sources (another
+design on other drafts: the table shows it without an interval).
 """
 
 from __future__ import annotations
@@ -23,8 +36,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.labels import cell_label
+from agon.tasks import BATTERY_KINDS
+from analysis.labels import ANSWERER_LABELS, BATTERY_LABELS, cell_label
 from analysis.load import NA, Runs, load_runs
+from analysis.stats import pooled_interval, pooled_sd
 
 # summary.json key -> cells_table column
 METRICS = {
@@ -144,6 +159,21 @@ def t_interval(values: Any, level: float = 0.95, bounds: tuple[float, float] = (
         return math.nan, math.nan
     half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
     return float(max(bounds[0], x.mean() - half)), float(min(bounds[1], x.mean() + half))
+
+
+def eval_floor(rows: pd.DataFrame, field: str) -> float:
+    """The evaluation-sampling SD of one run's final value: ``rows`` are its final evaluation's graded samples
+    (``final_rows``), ``field`` the one the metric averages. With G (problem, order) groups of k_g samples and
+    unbiased variances s_g^2, sqrt(sum_g s_g^2 / k_g) / G: the SD of the mean over its samples with the problems held
+    fixed, as every run of a grid evaluates the same problems. Groups of one sample add nothing (no variance to
+    estimate); nan without rows. ``analysis.claims`` floors its pooled SDs with it."""
+    if rows.empty or field not in rows:
+        return math.nan
+    keys = [k for k in ("problem_id", "order") if k in rows]
+    values = pd.to_numeric(rows[field], errors="coerce").astype(float)
+    groups = values.groupby([rows[k] for k in keys]) if keys else values.groupby(np.zeros(len(values)))
+    var, count = groups.var(ddof=1).fillna(0.0), groups.size()
+    return float(math.sqrt(float((var / count).sum())) / len(count))
 
 
 def final_evaluation(evals: pd.DataFrame, run_id: Any | None = None) -> pd.DataFrame:
@@ -552,6 +582,22 @@ def drafts_right(row: Any, challenger: str) -> float:
     return float((rival - wrong) / (right - wrong)) if right != wrong else math.nan
 
 
+def diagnostic_pairs(run: Any, frame: pd.DataFrame, logged: list[str]) -> dict[str, list[str]]:
+    """The diagnostic's cross-play orders of ``run`` (a runs row; ``frame``, its steps or runs frame, names the
+    adapters that logged the recap diagnostic; ``logged``, the ``crossplay/`` keys that hold its values) that take
+    two generations each: ``rival`` (each challenger after its rival's recap: the run's cascade) and ``own`` (each
+    after its own recap). A single adapter reads its own recap, so its ``rival`` would be its ``own`` and is left
+    out. Empty where no challenger answered its own drafts."""
+    who = [c for c in challengers(run, frame) if f"crossplay/{c}>{c}" in logged]
+    if not who:
+        return {}
+    adapters = sorted({c.split("/")[1].split(">")[0] for c in logged} - {"base"})
+    pairs = {"rival": [f"{_rival(c, adapters)}>{c}" for c in who], "own": [f"{c}>{c}" for c in who]}
+    if pairs["rival"] == pairs["own"]:
+        del pairs["rival"]
+    return pairs
+
+
 def two_generations(data: Runs) -> pd.DataFrame:
     """Answers that take two generations each, from the recap diagnostic's cross-play (``crossplay/<d>><a>``: on
     its problems x samples, each drafter's drafts sampled once and read by every answerer, under the run's
@@ -570,16 +616,13 @@ def two_generations(data: Runs) -> pd.DataFrame:
     for _, run in done.iterrows():
         rows = steps[(steps["run_id"] == run["run_id"])].dropna(subset=["recap/n_wrong"])
         logged = [c for c in rows.columns if c.startswith("crossplay/") and rows[c].notna().any()]
-        who = [c for c in challengers(run, steps) if f"crossplay/{c}>{c}" in logged]
-        if rows.empty or not who:
+        pairs = diagnostic_pairs(run, steps, logged)
+        if rows.empty or not pairs:
             continue
-        adapters = sorted({c.split("/")[1].split(">")[0] for c in logged} - {"base"})
-        pairs = {"rival": [f"{_rival(c, adapters)}>{c}" for c in who], "own": [f"{c}>{c}" for c in who]}
+        who = [o.split(">")[1] for o in pairs["own"]]
         for _, row in rows.sort_values("train/step").iterrows():
             values = {"drafts": (float(np.mean([drafts_right(row, c) for c in who])), "")}
             for answer, orders in pairs.items():
-                if answer == "rival" and orders == pairs["own"]:
-                    continue
                 values[answer] = float(np.mean([row[f"crossplay/{o}"] for o in orders])), ", ".join(sorted(orders))
             for answer, (value, orders) in values.items():
                 out.append({"cell_key": run["cell_key"], "cell": run["cell"], "run_id": run["run_id"],
@@ -606,6 +649,330 @@ def two_generations_markdown(frame: pd.DataFrame) -> str:
         cells = [f"{100 * by_seed[s]:.1f}" if s in by_seed else "-" for s in seeds]
         lines.append(f"| {group['cell'].iloc[0]} | {label}{f' ({orders})' if orders else ''} | {len(group)} | "
                      f"{100 * start.mean():.1f} | " + " | ".join(cells) + f" | {100 * group['value'].mean():.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# equal generations per answer: the main evaluation's eval/accuracy_two_generations, the diagnostic's cross-play
+# for runs from before it
+
+# where an arm's answers at two generations come from
+MAIN, DIAGNOSTIC = "main evaluation", "diagnostic cross-play"
+GENERATION_COLUMNS = ["cell_key", "cell", "run_id", "seed", "generations", "one", "two", "headline", "source",
+                      "orders", "design", "floor"]
+
+
+def _value(run: Any, key: str) -> float:
+    """A run's number under ``key``; nan where it has none (runs from before the key existed)."""
+    value = run.get(key)
+    try:
+        return math.nan if value is None else float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _headline(run: Any) -> list[str]:
+    orders = run.get("headline_orders")
+    return [str(o) for o in orders] if isinstance(orders, (list, tuple)) else []
+
+
+def two_generation_orders(run: Any) -> list[str]:
+    """The orders of a run's main evaluation whose mean is its answer at two generations
+    (``eval/accuracy_two_generations``): its headline orders where they are cascades, else each solo order's
+    self-cascade (GRPO's ``A`` -> ``A>A``), as ``agon.game.cascade.summarise`` averages them."""
+    return [o if ">" in o else f"{o}>{o}" for o in _headline(run)]
+
+
+def one_generation(run: Any) -> float:
+    """A run's headline drafters alone: ``eval/accuracy_one_generation``, or for runs from before it the mean of
+    ``eval/solo_acc_<drafter>`` over the headline's drafters (the same evaluation's numbers, the same mean)."""
+    logged = _value(run, "eval/accuracy_one_generation")
+    if not math.isnan(logged):
+        return logged
+    drafters = list(dict.fromkeys(o.split(">")[0] for o in _headline(run)))
+    values = [_value(run, f"eval/solo_acc_{d}") for d in drafters]
+    return float(np.mean(values)) if values and not any(math.isnan(v) for v in values) else math.nan
+
+
+def generations_per_answer(run: Any) -> float:
+    """``eval/generations``, or for runs from before it 2 where the headline has a cascade, else 1."""
+    logged = _value(run, "eval/generations")
+    if not math.isnan(logged) or not _headline(run):
+        return logged
+    return 2.0 if any(">" in o for o in _headline(run)) else 1.0
+
+
+def diagnostic_two_generations(run: Any, frame: pd.DataFrame) -> tuple[float, list[str]]:
+    """(value, orders): a run's answer at two generations read from the recap diagnostic's cross-play in its runs
+    row (the summary's ``crossplay/*``: its final evaluation's diagnostic; ``frame``, the runs frame): its cascade
+    (``diagnostic_pairs``' ``rival``: the same orders as its headline) where it has one, else its self-cascade
+    (``own``). (nan, []) without the diagnostic."""
+    logged = [c for c in frame.columns if c.startswith("crossplay/") and not pd.isna(_value(run, c))]
+    pairs = diagnostic_pairs(run, frame, logged)
+    orders = pairs.get("rival") or pairs.get("own") or []
+    return (float(np.mean([_value(run, f"crossplay/{o}") for o in orders])) if orders else math.nan), orders
+
+
+def _design(problems: float, samples: Any) -> str:
+    def count(value: Any) -> str:
+        return "?" if value is None or pd.isna(value) else f"{int(value)}"
+
+    return f"{count(problems)} x {count(samples)}"
+
+
+def generation_runs(data: Runs) -> pd.DataFrame:
+    """One row per complete run at its final evaluation: ``generations`` (per answer of its headline,
+    ``generations_per_answer``), ``one`` (``one_generation``), ``two`` (the headline at two generations per
+    answer), ``headline`` (``eval/accuracy``, at equal steps), ``source`` of ``two`` with its ``orders`` and
+    ``design`` (problems x samples), and ``floor``: the SD of ``two`` over the run's own samples.
+
+    ``two`` is ``eval/accuracy_two_generations`` of the main evaluation (``MAIN``) where every run of the cell logged
+    it, else for every run of the cell the diagnostic's cross-play (``DIAGNOSTIC``, ``diagnostic_two_generations``):
+    the seeds of one cell are never averaged over two designs. The floor of a main-evaluation number is
+    ``eval_floor`` of the rows it averages (``two_generation_orders``; nan without eval rows); of a
+    diagnostic number, which is logged without its rows, the binomial SD sqrt(p (1 - p) / n) over its n answers
+    (problems x diagnostic samples x orders), which counts the problems' spread too (as ``analysis.paired`` does for
+    interim evaluations whose rows are not packed)."""
+    done = data.runs[data.runs["status"] == "complete"] if "status" in data.runs else data.runs
+    # frames from analysis.load name cells by cell_key; a frame built by hand, by experiment
+    cell = "cell_key" if "cell_key" in done else "experiment"
+    evals = data.evals if data.evals is not None else pd.DataFrame()
+    out, index = [], []
+    for _, group in done.groupby(cell, sort=False):
+        main = pd.Series([_value(r, "eval/accuracy_two_generations") for _, r in group.iterrows()], dtype=float)
+        on_main = bool(len(group)) and bool(main.notna().all())
+        for (i, run), logged in zip(group.iterrows(), main):
+            index.append(i)
+            row = {"cell_key": run[cell], "cell": run.get("cell", run[cell]), "run_id": run.get("run_id"),
+                   "seed": run.get("seed"), "generations": generations_per_answer(run), "one": one_generation(run),
+                   "headline": _value(run, "eval/accuracy")}
+            if on_main:
+                orders = two_generation_orders(run)
+                rows = final_evaluation(evals, run.get("run_id")) if "run_id" in evals else evals.iloc[:0]
+                rows = rows[(rows["stage"] == "final") & rows["order"].isin(orders)] if len(rows) else rows
+                row.update(two=logged, source=MAIN, orders=orders, floor=eval_floor(rows, "correct"),
+                           design=_design(_value(run, "eval/n_problems"), run.get("eval/samples")))
+            else:
+                value, orders = diagnostic_two_generations(run, data.runs)
+                n = _value(run, "eval/n_problems") * _value(run, "diagnostic_samples") * len(orders)
+                floor = math.sqrt(value * (1 - value) / n) if n > 0 and not math.isnan(value) else math.nan
+                row.update(two=value, source=DIAGNOSTIC if orders else "", orders=orders, floor=floor,
+                           design=_design(_value(run, "eval/n_problems"), run.get("diagnostic_samples")))
+            out.append(row)
+    # indexed as ``data.runs``, so that a caller can put the numbers back beside the runs
+    return pd.DataFrame(out, columns=GENERATION_COLUMNS, index=pd.Index(index))
+
+
+def equal_generations(per_run: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell of ``generation_runs``: seeds, and the mean over them of generations, one, two and
+    headline, with the cell's source, orders and design. Empty where no run has a number at two generations."""
+    columns = ["cell_key", "cell", "seeds", "generations", "one", "two", "headline", "source", "orders", "design"]
+    if per_run.empty or per_run["two"].isna().all():
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for key, group in per_run.groupby("cell_key", sort=False):
+        designs = sorted(set(group["design"]))
+        rows.append({"cell_key": key, "cell": group["cell"].iloc[0], "seeds": len(group),
+                     **{c: float(group[c].mean()) for c in ("generations", "one", "two", "headline")},
+                     "source": group["source"].iloc[0], "orders": group["orders"].iloc[0],
+                     "design": ", ".join(designs)})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def generation_differences(per_run: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
+    """Each pair of cells (in ``generation_runs``' order) at two generations per answer: left minus right, Student's
+    t with the seeds' SD pooled over every cell that has a number (``analysis.stats``), raised to the largest
+    per-run floor where it lies below it. A pair whose numbers come from different sources (one cell's runs from
+    before the main evaluation played the self-cascades) gets its difference and no interval: its two numbers
+    are read on different drafts and designs. Columns: left, right (cell keys), seeds, difference, low, high,
+    pooled_sd, seed_sd, floor, same_source."""
+    columns = ["left", "right", "seeds", "difference", "low", "high", "pooled_sd", "seed_sd", "floor", "same_source"]
+    rows = per_run.dropna(subset=["two"])
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    cells = {key: group for key, group in rows.groupby("cell_key", sort=False)}
+    seed_sd, df = pooled_sd([g["two"].to_numpy(float) for g in cells.values()])
+    floor = float(rows["floor"].max()) if rows["floor"].notna().any() else math.nan
+    sd = seed_sd if math.isnan(floor) or math.isnan(seed_sd) else max(seed_sd, floor)
+    out = []
+    keys = list(cells)
+    for i, left in enumerate(keys):
+        for right in keys[i + 1:]:
+            a, b = cells[left]["two"].to_numpy(float), cells[right]["two"].to_numpy(float)
+            same = cells[left]["source"].iloc[0] == cells[right]["source"].iloc[0]
+            diff, low, high = pooled_interval(a, b, sd, df, level) if same else (float(a.mean() - b.mean()),
+                                                                               math.nan, math.nan)
+            out.append({"left": left, "right": right, "seeds": f"{len(a)} vs {len(b)}", "difference": diff,
+                        "low": low, "high": high, "pooled_sd": sd, "seed_sd": seed_sd, "floor": floor,
+                        "same_source": same})
+    return pd.DataFrame(out, columns=columns)
+
+
+def _pct(value: float, signed: bool = False) -> str:
+    if value is None or pd.isna(value):
+        return NA
+    return f"{100 * value:+.1f}" if signed else f"{100 * value:.1f}"
+
+
+def equal_generations_markdown(data: Runs, level: float = 0.95) -> str:
+    """``generations.md``: per cell at its final evaluation, mean over its seeds, one generation per answer, two,
+    and the headline at equal steps, with where its number at two generations comes from; then each pair of cells'
+    difference at two generations (``generation_differences``) and how its interval was formed. Empty where no run
+    has a number at two generations."""
+    per_run = generation_runs(data)
+    arms = equal_generations(per_run)
+    if arms.empty:
+        return ""
+    label = dict(zip(arms["cell_key"], arms["cell"]))
+    lines = ["Each cell at its final evaluation, mean over its seeds: its headline's drafters alone (one generation "
+             "per answer: `eval/accuracy_one_generation`, or the mean of `eval/solo_acc_<drafter>` over them in runs "
+             "from before it), its headline at two generations per answer (`eval/accuracy_two_generations`: a "
+             "cascade's headline itself, a one-generation headline's self-cascade on the very same drafts, GRPO's "
+             "A>A) and its headline as logged at equal steps (`eval/accuracy`), with the generations per answer "
+             "that headline takes. Where a cell's runs are from before the main evaluation played the self-cascades, "
+             "its number at two generations is the recap diagnostic's cross-play at the final evaluation "
+             "(`analysis.tables.two_generations`: the same orders on the diagnostic's own drafts, at its own size), "
+             "as the last column says.", "",
+             "| cell | seeds | generations per answer | one generation % | two generations % | headline % (equal "
+             "steps) | two generations from |",
+             "|:--|--:|--:|--:|--:|--:|:--|"]
+    for _, arm in arms.iterrows():
+        source = (f"{arm['source']} ({', '.join(sorted(arm['orders']))}), {arm['design']}" if arm["source"]
+                  else "none (no self-cascade and no diagnostic)")
+        generations = NA if pd.isna(arm["generations"]) else f"{arm['generations']:g}"
+        lines.append(f"| {arm['cell']} | {arm['seeds']} | {generations} | {_pct(arm['one'])} | {_pct(arm['two'])} | "
+                     f"{_pct(arm['headline'])} | {source} |")
+    differences = generation_differences(per_run, level)
+    if not differences.empty:
+        pct = f"{100 * level:g}%"
+        lines += ["", f"| at two generations per answer | seeds | difference [{pct} CI] |", "|:--|:--|--:|"]
+        for _, d in differences.iterrows():
+            interval = (" (numbers from different sources: no interval)" if not d["same_source"]
+                        else "" if pd.isna(d["low"]) else f" [{_pct(d['low'], True)}, {_pct(d['high'], True)}]")
+            lines.append(f"| {label[d['left']]} − {label[d['right']]} | {d['seeds']} | "
+                         f"{_pct(d['difference'], True)}{interval} |")
+        first = differences.iloc[0]
+
+        def points(value: float) -> str:
+            return "n/a" if pd.isna(value) else f"{100 * value:.1f}"
+
+        used = ("no SD over seeds to compare" if pd.isna(first["seed_sd"]) else "no floor" if pd.isna(first["floor"])
+                else "the floor used" if first["floor"] > first["seed_sd"] else "the seeds' SD used")
+        lines += ["", "Intervals: Student's t with the seeds' SD pooled over every cell above "
+                  f"({points(first['seed_sd'])} points), never below the largest SD of one run's number over its own "
+                  f"samples ({points(first['floor'])} points: of the main evaluation, over its samples with its "
+                  "problems held fixed; of the diagnostic, logged without its rows, the binomial SD over its "
+                  f"answers): {points(first['pooled_sd'])} points, {used}."]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the check battery (eval.diagnostic: battery/<answerer>/<kind>, battery/n/<kind>)
+
+# the answerers of the battery's key family (``battery/n/<kind>`` are counts, not an answerer)
+BATTERY_COUNT = "n"
+BATTERY_COLUMNS = ["cell_key", "cell", "answerer", "kind", "seeds", "n_start", "n_end", "start", "end", "change",
+                   "end_by_seed"]
+
+
+def has_battery(steps: pd.DataFrame) -> bool:
+    """Whether some run logged a number of the check battery (``battery/<answerer>/<kind>``)."""
+    return any(c.startswith("battery/") and not c.startswith(f"battery/{BATTERY_COUNT}/")
+               and pd.to_numeric(steps[c], errors="coerce").notna().any() for c in steps.columns)
+
+
+def battery_kinds(steps: pd.DataFrame) -> list[str]:
+    """The kinds of recap the runs logged, in ``agon.tasks.BATTERY_KINDS``' order, any other after them."""
+    logged = {c.split("/")[2] for c in steps.columns if c.startswith("battery/") and c.count("/") == 2}
+    return [k for k in BATTERY_KINDS if k in logged] + sorted(logged - set(BATTERY_KINDS))
+
+
+def battery_answerers(steps: pd.DataFrame) -> list[str]:
+    """The answerers the runs logged the battery for: the adapters, then the base."""
+    logged = {c.split("/")[1] for c in steps.columns if c.startswith("battery/") and c.count("/") == 2}
+    return sorted(logged - {BATTERY_COUNT}, key=lambda a: (a == "base", a))
+
+
+def _battery_rows(steps: pd.DataFrame, cell_key: Any) -> pd.DataFrame:
+    """A cell's steps rows that hold the battery (the diagnosed evaluations)."""
+    rows = steps[steps["cell_key"] == cell_key] if "cell_key" in steps else steps.iloc[:0]
+    columns = [c for c in rows.columns if c.startswith("battery/")]
+    return rows.dropna(subset=columns, how="all") if columns else rows.iloc[:0]
+
+
+def battery_values(steps: pd.DataFrame, cell_key: Any, key: str, which: str) -> pd.Series:
+    """Per run of the cell, ``key`` (``battery/<answerer>/<kind>`` or ``battery/n/<kind>``) at its ``first`` or
+    ``last`` evaluation that logged the battery; nan where the task could not make the kind (runs that logged no
+    battery are left out)."""
+    rows = _battery_rows(steps, cell_key)
+    out = {}
+    for run_id, run_rows in rows.groupby("run_id", sort=False):
+        at = run_rows["train/step"].min() if which == "first" else run_rows["train/step"].max()
+        value = run_rows[run_rows["train/step"] == at][key] if key in run_rows else pd.Series(dtype=float)
+        out[run_id] = float(pd.to_numeric(value, errors="coerce").mean()) if len(value) else math.nan
+    return pd.Series(out, dtype=float)
+
+
+def battery_table(data: Runs, table: pd.DataFrame) -> pd.DataFrame:
+    """Per cell of ``table`` (``results_table``'s rows), answerer and kind of recap, the answerer's accuracy on the
+    challenge prompt after a recap of that kind at the first evaluation that logged the battery (``start``), at the
+    last (``end``) and their difference (``change``, per run, then the mean), each the mean over the cell's seeds,
+    ``end_by_seed`` each seed's end; ``n_start`` and ``n_end`` the rows that kind could be made for
+    (``battery/n/<kind>``, mean over seeds; 0 with nan values where the task cannot make it). Empty where no run
+    logged the battery."""
+    steps = data.steps
+    if steps.empty or not has_battery(steps):
+        return pd.DataFrame(columns=BATTERY_COLUMNS)
+    kinds, answerers = battery_kinds(steps), battery_answerers(steps)
+    seed_of = data.runs.set_index("run_id")["seed"] if "seed" in data.runs else pd.Series(dtype=object)
+    out = []
+    for _, row in table.iterrows():
+        rows = _battery_rows(steps, row["cell_key"])
+        if rows.empty:
+            continue
+        for answerer in answerers:
+            keys = [f"battery/{answerer}/{k}" for k in kinds]
+            if not any(k in rows and pd.to_numeric(rows[k], errors="coerce").notna().any() for k in keys):
+                continue  # this cell's runs have no such answerer (GRPO has no B)
+            for kind, key in zip(kinds, keys):
+                start, end = (battery_values(steps, row["cell_key"], key, w) for w in ("first", "last"))
+                counts = [battery_values(steps, row["cell_key"], f"battery/{BATTERY_COUNT}/{kind}", w)
+                          for w in ("first", "last")]
+                out.append({"cell_key": row["cell_key"], "cell": row["cell"], "answerer": answerer, "kind": kind,
+                            "seeds": len(end), "n_start": counts[0].mean(),
+                            "n_end": counts[1].mean(), "start": start.mean(), "end": end.mean(),
+                            "change": (end - start).mean(),
+                            "end_by_seed": {seed_of.get(r, r): v for r, v in end.items()}})
+    return pd.DataFrame(out, columns=BATTERY_COLUMNS)
+
+
+def battery_markdown(frame: pd.DataFrame) -> str:
+    """``battery.md``: one row per cell, answerer and kind of ``battery_table``, in percent: the accuracy at the
+    start, each seed's and the mean at the end, the change since the start in points, with the rows each kind could
+    be made for. Empty without the battery."""
+    if frame.empty:
+        return ""
+    # seeds in numeric order where they are numbers (seed 10 after seed 2)
+    seeds = sorted({s for by_seed in frame["end_by_seed"] for s in by_seed},
+                   key=lambda s: (isinstance(s, str), 0 if isinstance(s, str) else s, str(s)))
+    lines = ["The check battery (`battery/<answerer>/<kind>`, `eval.diagnostic`): each answerer's accuracy on the "
+             "challenge prompt after a recap of a known kind (a right prefix, a recap showing a wrong step, a dead "
+             "end, an empty recap), at the first evaluation that logged it (start) and the last (end), mean over "
+             "seeds; n is the number of rows the task could make that kind for at the start and at the end "
+             "(`battery/n/<kind>`), 0 (and no accuracy) where it makes none.", "",
+             "| cell | answerer | recap | n start | n end | seeds | start % | "
+             + "".join(f"seed {s} end % | " for s in seeds) + "end % | change |",
+             "|:--|:--|:--|--:|--:|--:|--:|" + "--:|" * len(seeds) + "--:|--:|"]
+
+    def count(value: float) -> str:
+        return NA if pd.isna(value) else f"{value:.0f}"
+
+    for _, r in frame.iterrows():
+        by_seed = [_pct(r["end_by_seed"].get(s, math.nan)) for s in seeds]
+        lines.append(f"| {r['cell']} | {ANSWERER_LABELS.get(r['answerer'], r['answerer'])} | "
+                     f"{BATTERY_LABELS.get(r['kind'], r['kind'])} | {count(r['n_start'])} | {count(r['n_end'])} | "
+                     f"{r['seeds']} | {_pct(r['start'])} | " + "".join(f"{v} | " for v in by_seed)
+                     + f"{_pct(r['end'])} | {_pct(r['change'], True)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -652,7 +1019,9 @@ def runs_markdown(data: Runs) -> str:
 
 def write_tables(data: Runs, out_dir: str | Path) -> list[Path]:
     """``table.csv`` (full precision, fractions), ``table.md`` and ``table.tex`` (percentages) into ``out_dir``,
-    ``diagnostic.md`` where runs logged the recap diagnostic, and ``runs.md`` (each run's commits and hours)."""
+    ``diagnostic.md`` where runs logged the recap diagnostic, ``battery.md`` where they logged the check battery,
+    ``generations.md`` where some run has an answer at two generations (its main evaluation's self-cascade, or the
+    diagnostic's cross-play), and ``runs.md`` (each run's commits and hours)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = results_table(data)
@@ -666,6 +1035,14 @@ def write_tables(data: Runs, out_dir: str | Path) -> list[Path]:
     if diagnostic:
         paths.append(out / "diagnostic.md")
         paths[-1].write_text(diagnostic)
+    battery = battery_markdown(battery_table(data, table))
+    if battery:
+        paths.append(out / "battery.md")
+        paths[-1].write_text(battery)
+    generations = equal_generations_markdown(data)
+    if generations:
+        paths.append(out / "generations.md")
+        paths[-1].write_text(generations)
     if not data.runs.empty:
         paths.append(out / "runs.md")
         paths[-1].write_text(runs_markdown(data))

@@ -276,6 +276,45 @@ def test_evaluate_on_a_tiny_model_is_summarise_of_its_games(policies, small_cfg,
     assert alone.metrics["eval/accuracy_two_generations"] == (None if method == "grpo" else alone.metrics["eval/accuracy"])
 
 
+@pytest.mark.parametrize("method", ["agon", "grpo", "self_refine", "moa"])
+def test_every_method_scores_each_drafter_solo_as_a_self_cascade_and_as_the_cross_cascades_on_the_same_rows(
+        policies, small_cfg, method):
+    """Equal generations, by default: every drafter of every method is scored alone, answering its own recap and
+    (two drafters) answering the other's, each on the same problems and samples; a self-cascade and a cross cascade
+    answer the very same drafts, so the comparison between them is paired."""
+    from agon.tasks import build_task
+
+    small_cfg.method.name = method
+    task = build_task(small_cfg.task)
+    problems = list(task.heldout_problems())[: small_cfg.eval.n_problems]
+    result = evaluate(policies, task, small_cfg, problems, step=0, phase="start")
+    games = result.games
+    drafters = {order_name(g.drafter, False) for g in games.values()}
+    assert drafters == ({"A", "B"} if method == "agon" else {"base"} if method == "moa" else {"A"})
+    rows = [(p.id, k) for p in problems for k in range(small_cfg.eval.samples)]
+
+    def keys(game: Game) -> list[tuple[str, int]]:
+        return [(r.problem.id, i % game.group_size) for i, r in enumerate(game.rounds)]
+
+    for d in drafters:
+        answered = {o: g for o, g in games.items() if order_name(g.drafter, False) == d and g.rounds[0].challenge}
+        assert set(answered) == {f"{d}>{a}" for a in drafters}, (d, list(games))
+        drafts = {tuple(r.draft for r in g.rounds) for g in answered.values()}
+        assert len(drafts) == 1, f"{d}'s cascades answer different drafts"
+        assert all(keys(g) == rows for g in answered.values())
+        solo = [r for r in result.rows if r["order"] == d and r["stage"] == "final"]
+        assert [(r["problem_id"], r["sample"]) for r in solo] == rows, "each draft once as the drafter alone"
+    # the numbers at one and two generations are those orders' accuracies
+    metrics = result.metrics
+    if method == "grpo":
+        assert metrics["eval/accuracy_two_generations"] == metrics["eval/cascade_acc_AA"]
+        assert metrics["eval/accuracy_one_generation"] == metrics["eval/accuracy"] == metrics["eval/solo_acc_A"]
+    elif method == "agon":
+        assert metrics["eval/accuracy_two_generations"] == metrics["eval/accuracy"]
+        assert metrics["eval/accuracy_one_generation"] == pytest.approx(
+            (metrics["eval/solo_acc_A"] + metrics["eval/solo_acc_B"]) / 2)
+
+
 # two problems x three drafts each; None is a draft with no boxed answer
 DRAFTS_A = {"p0": ["3", "3", "4"], "p1": ["7", None, "7"]}
 DRAFTS_B = {"p0": ["3", "4", "4"], "p1": ["7", "7", "7"]}

@@ -87,14 +87,16 @@ def test_a_streamed_step_waits_one_chain_and_a_hidden_one_its_longest_completion
 
 
 @pytest.mark.parametrize("overrides,engine,streams,step_calls,eval_calls", [
-    ([], "hf", False, 2, 4 * 2 * 2),  # 200 problems in 4 chunks of 64: each chunk 2 orders x 2 stages
+    # 200 problems in 4 chunks of 64: each chunk 2 orders x 2 stages, and an answer per self-cascade (A>A, B>B)
+    ([], "hf", False, 2, 4 * (2 * 2 + 2)),
     # 2,000 // (12 + 72) = 23 rows a call: 6 for 128 rows, 12 for a chunk's 256, 2 for the last chunk's 32
     (["trainer.generation_batch_tokens=2000", "eval.generation_batch_tokens=2000"], "hf", False,
-     2 * 6, 3 * (2 * 2 * 12) + 2 * 2 * 2),
-    ([], "hf_continuous", False, 2, 16),
-    ([], "vllm", False, 2, 16),
-    ([], "vllm", True, 1, 1),
-    (["method=grpo"], "vllm", False, 1, 4),
+     2 * 6, 3 * (6 * 12) + 6 * 2),
+    ([], "hf_continuous", False, 2, 24),
+    ([], "vllm", False, 2, 24),
+    ([], "vllm", True, 1, 2),  # the plays in one call, the self-cascades in a second
+    (["method=grpo"], "vllm", False, 1, 4 * 2),
+    (["method=grpo", "eval.equal_generations=false"], "vllm", False, 1, 4),
     (["method=moa"], "hf", False, 0, 4 * 2),  # the base drafts and answers: one play
 ])
 def test_the_calls_a_step_and_an_evaluation_make_on_each_engine(overrides, engine, streams, step_calls, eval_calls):

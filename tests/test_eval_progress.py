@@ -87,11 +87,12 @@ def test_a_disabled_bar_draws_nothing(policies, small_cfg, capsys, monkeypatch):
     evaluate(policies, task, small_cfg, problems, step=3, phase="train", samples=1, progress=False)
     assert "eval" not in capsys.readouterr().err
     result = evaluate(policies, task, small_cfg, problems, step=3, phase="train", samples=1, progress=True)
-    # 2 problems x 1 sample x (draft, challenge) x (A>B, B>A), each stage call one step of the bar
+    # 2 problems x 1 sample x ((draft, challenge) x (A>B, B>A) + the answers of A>A and B>B), each stage call one
+    # step of the bar
     bars = _bars(capsys.readouterr().err)
     assert set(bars) == {"eval step 3"}
-    assert sorted(set(bars["eval step 3"])) == [(0, 8), (2, 8), (4, 8), (6, 8), (8, 8)]
-    assert sum(len(g.rounds) for g in result.games.values()) * 2 == 8
+    assert sorted(set(bars["eval step 3"])) == [(0, 12), (2, 12), (4, 12), (6, 12), (8, 12), (10, 12), (12, 12)]
+    assert sum(len(g.rounds) for g in result.games.values()) * 2 == 16  # the reads' drafts are not sampled again
 
 
 def test_interim_evaluations_are_sized_apart_and_every_evaluation_shows_its_progress(small_cfg, capsys,
@@ -112,16 +113,17 @@ def test_interim_evaluations_are_sized_apart_and_every_evaluation_shows_its_prog
     for phase, (step, (n, k)) in sizes.items():
         mine = [r for r in rows if r["phase"] == phase]
         assert {r["step"] for r in mine} == {step}
-        for order in ("A>B", "B>A"):
+        for order in ("A>B", "B>A", "A>A", "B>B"):
             for stage in ("draft", "final"):
                 got = [(r["problem_id"], r["sample"]) for r in mine if (r["order"], r["stage"]) == (order, stage)]
                 assert got == [(p, s) for p in heldout[:n] for s in range(k)], (phase, order, stage)
         assert (metrics[step]["eval/n_problems"], metrics[step]["eval/samples"]) == (n, k)
 
-    # one bar per evaluation, its total the completions it sampled (2 orders x 2 stages), one step per stage call
+    # one bar per evaluation, its total the completions it sampled (2 orders x 2 stages and an answer per
+    # self-cascade), one step per stage call
     bars = _bars(capsys.readouterr().err)
     assert set(bars) == {"eval start", "eval step 1", "eval final"}
     for name, (n, k) in (("eval start", FULL), ("eval step 1", INTERIM), ("eval final", FULL)):
-        total = 4 * n * k
+        total = 6 * n * k
         assert {t for _, t in bars[name]} == {total}, name
-        assert sorted({c for c, _ in bars[name]}) == [i * n * k for i in range(5)], name
+        assert sorted({c for c, _ in bars[name]}) == [i * n * k for i in range(7)], name

@@ -37,7 +37,8 @@ def test_a_package_outside_agon_adds_a_task_a_reward_and_a_method_and_a_run_uses
     assert summary["config"]["task"]["factor"] == 2  # the plugin's own schema, its default filled
     steps = [r for r in run_files.read_jsonl(run_dir / run_files.METRICS) if "role/drafter/loss" in r]
     assert all("role/challenger/reward/brevity" in r for r in steps)  # the plugin's reward term, logged
-    assert {r["order"] for r in run_files.read_jsonl(run_dir / run_files.EVAL)} <= {"A>B", "A"}  # relay's pairs
+    # relay's pair, A alone, and A's self-cascade at equal generations
+    assert {r["order"] for r in run_files.read_jsonl(run_dir / run_files.EVAL)} == {"A>B", "A", "A>A"}
     # every problem doubled: each operand of an evaluated problem is even
     ids = {r["problem_id"] for r in run_files.read_jsonl(run_dir / run_files.EVAL)}
     assert ids and all(int(n) % 2 == 0 for i in ids for n in i.replace("-", "+").split("+"))

@@ -52,9 +52,11 @@ def test_a_method_registered_here_runs_end_to_end(relay, agon_cache, tmp_path):
     # the turn it declared: B drafted every step
     steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "train/drafter" in r]
     assert [r["train/drafter"] for r in steps] == ["B", "B"]
-    # the evaluation it declared: B>A and A alone, and the headline is B>A's final answers
+    # the evaluation it declared: B>A and A alone, and the headline is B>A's final answers; at equal generations
+    # each drafter's drafts are read again by itself and by the other (B>B; A>A, A>B on A's solo drafts)
     final = [r for r in read_jsonl(run_dir / "eval.jsonl") if r["phase"] == "final" and r["stage"] == "final"]
-    assert {r["order"] for r in final} == {"B>A", "A", "B"}
+    assert {r["order"] for r in final} == {"B>A", "A", "B", "B>B", "A>A", "A>B"}
+    assert relay.evaluation("alternate").reads() == [("B", "B"), ("A", "A"), ("A", "B")]
     cascade = [float(r["correct"]) for r in final if r["order"] == "B>A"]
     assert summary["eval/accuracy"] == pytest.approx(sum(cascade) / len(cascade))
     assert (run_dir / "adapters" / "B" / "adapter_model.safetensors").exists()

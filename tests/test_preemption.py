@@ -26,7 +26,7 @@ from tests.conftest import TEST_WORLD
 from tests.test_engines import VLLM
 from tests.test_resume import FINISH_S, REACH_S, Launch, records, summary
 from tests.test_resume_chunks import CHUNKED, straight_chunked  # noqa: F401
-from tests.test_streamed import _committed
+from tests.test_streamed import _committed, calls_to_finish
 
 STOPPED = "[agon] SIGTERM: the run stopped, keeping its last checkpoint and every committed evaluation round"
 
@@ -72,7 +72,7 @@ def test_sigterm_mid_evaluation_exits_143_and_the_same_command_plays_only_the_ch
     kept = _chunks(run_dir)
     assert 1 <= kept <= 3 and not (run_dir / run_files.SUMMARY).exists()
     out = Launch(command, agon_cache, tmp_path / "again.log").finish()
-    assert f"[eval] eval start: {3 - kept} of 3 chunks played in {(3 - kept) * 4} engine calls, {kept} kept " \
+    assert f"[eval] eval start: {3 - kept} of 3 chunks played in {(3 - kept) * 6} engine calls, {kept} kept " \
            f"from an interrupted run" in out, out[-3000:]
     assert records(run_dir) == records(straight_chunked) and summary(run_dir) == summary(straight_chunked)
 
@@ -130,7 +130,8 @@ INTERIM = TEST_WORLD + VLLM + [
     "logger=none", "progress=false", "trainer.max_steps=2", "trainer.prompts_per_step=2", "trainer.num_generations=2",
     "trainer.max_new_tokens=48", "eval.n_problems=24", "eval.samples=4", "eval.at_start=false", "eval.every=1",
     "eval.interim_problems=24", "eval.interim_samples=4", "trainer.checkpoint_minutes=0"]
-ROUNDS = 24 * 4 * 2
+# 2 cascade orders and their 2 self-cascades
+ROUNDS = 24 * 4 * 4
 
 
 def _interim_journal(run_dir: Path) -> Path | None:
@@ -143,7 +144,7 @@ def test_sigterm_during_a_vllm_interim_evaluation_leaves_no_engine_and_the_resum
         agon_cache, tmp_path, bounded):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     out = Launch(INTERIM + [f"hydra.run.dir={straight}"], agon_cache, tmp_path / "straight.log").finish()
-    assert f"[eval] eval step 1: {ROUNDS} of {ROUNDS} rounds played in 1 engine calls" in out, out[-3000:]
+    assert f"[eval] eval step 1: {ROUNDS} of {ROUNDS} rounds played in 2 engine calls" in out, out[-3000:]
     engine = run_files.read_json(straight / run_files.SUMMARY)["engine"]
     assert engine["name"] == "vllm" and engine["placement"] == "worker" and engine["vllm_build"] == "cpu"
     assert re.fullmatch(r"0\.\d+\.\d+.*", engine["vllm"]) and engine["torch"] and engine["python"], engine
@@ -162,10 +163,11 @@ def test_sigterm_during_a_vllm_interim_evaluation_leaves_no_engine_and_the_resum
     assert workers and not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
     committed = _committed(_interim_journal(stopped), tmp_path)
     assert ROUNDS // 3 <= committed < ROUNDS  # the premise: stopped during the evaluation
+    calls = calls_to_finish(_interim_journal(stopped), tmp_path)
 
     out = Launch(command, agon_cache, tmp_path / "again.log").finish()
     assert "resumed from step_1" in out, out[-3000:]
-    assert (f"[eval] eval step 1: {ROUNDS - committed} of {ROUNDS} rounds played in 1 engine calls, {committed} "
-            f"kept from an interrupted run") in out, out[-3000:]
+    assert (f"[eval] eval step 1: {ROUNDS - committed} of {ROUNDS} rounds played in {calls} engine calls, "
+            f"{committed} kept from an interrupted run") in out, out[-3000:]
     print(f"stopped with {committed} of {ROUNDS} rounds committed; the relaunch played {ROUNDS - committed}")
     assert records(stopped) == records(straight)

@@ -64,8 +64,9 @@ def test_training_samples_with_trainer_settings_and_evaluation_with_eval_setting
     calls = engine.calls
     training = [c for c in calls if len(c[0]) == 8]
     evaluation = [c for c in calls if len(c[0]) == 6]
-    # drafter and challenger of the one step; draft and answer of A>B and B>A, at the start and at the end
-    assert (len(training), len(evaluation), len(calls)) == (2, 8, 10)
+    # drafter and challenger of the one step; draft and answer of A>B and B>A and the answers of A>A and B>B, at the
+    # start and at the end
+    assert (len(training), len(evaluation), len(calls)) == (2, 12, 14)
     assert {s for _, s, _ in training} == {TRAIN}
     assert {s for _, s, _ in evaluation} == {EVAL}
     assert not all(_identical_per_prompt(p, c) for p, _, c in training)  # the premise: top_k=1 is what ties them

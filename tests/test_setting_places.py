@@ -352,13 +352,13 @@ def _count(engine: str, term: str) -> Costs:
 @pytest.mark.parametrize("engine,streamed", ENGINES)
 @pytest.mark.parametrize("chunk", [1, 7, 64, 130, 500])
 def test_an_evaluations_chunks_sum_to_all_its_problems_short_last_chunk_included(engine, streamed, chunk):
-    """130 problems x 3 samples x (2 orders x 2 stages): every chunk's completions counted, each to its budget
-    early, however the problems are cut."""
+    """130 problems x 3 samples x (2 orders x 2 stages + 2 self-cascades' answers): every chunk's completions
+    counted, each to its budget early, however the problems are cut."""
     cfg = _apart({"eval.chunk_problems": chunk}, *CELL)
     OmegaConf.update(cfg, "eval.diagnostic", False)
     p = model.plan(cfg, 30, 60, streams=streamed)
     early = Lengths.at(p.eval_budget, 1.0)
-    completions = 130 * 3 * 4
+    completions = 130 * 3 * 6
     assert model.eval_seconds(p, _count(engine, "per_completion"), early, p.full) == completions
     assert model.eval_seconds(p, _count(engine, "per_row"), early, p.full) == completions * p.eval_budget
 
@@ -379,7 +379,7 @@ def test_the_estimate_plans_the_problems_the_trainer_scores_the_held_out_split_c
     for phase, size in (("final", p.full), ("train", p.interim)):
         problems, samples = eval_size(cfg.eval, phase)
         scored = len(split[:problems])  # Trainer.evaluate
-        assert model.eval_seconds(p, completions, Lengths.at(50, 1.0), size) == scored * samples * 4, phase
+        assert model.eval_seconds(p, completions, Lengths.at(50, 1.0), size) == scored * samples * 6, phase
 
 
 def _interim_steps(cfg) -> list[int]:
@@ -480,7 +480,7 @@ def test_a_chunked_evaluation_plays_every_problem_once_and_the_estimate_counts_i
     early = Lengths.at(p.eval_budget, 1.0)
     assert _sampled(engine) == (model.eval_seconds(p, _count("hf", "per_call"), early, p.full),
                                 model.eval_seconds(p, _count("hf", "per_completion"), early, p.full)) == (
-        3 * 4, 5 * 2 * 4)
+        3 * 6, 5 * 2 * 6)
     assert len(list(store.dir.glob("chunk_*.pt"))) == 3 and "3 of 3 chunks played" in said[0]
     again = evaluate(policies, task, cfg, problems, 0, "final", engine=RecordingEngine(policies), store=store,
                      log=said.append)

@@ -384,7 +384,8 @@ def test_generation_budgets_and_batch_shape_bound_what_training_and_evaluation_s
 
     trainer.evaluate("start", progress=False)
     calls = log.take()
-    assert sum(len(c["prompts"]) for c in calls) == 2 * 2 * e.n_problems * e.samples  # A>B and B>A, two stages
+    # A>B and B>A, two stages, and the answers of A>A and B>B
+    assert sum(len(c["prompts"]) for c in calls) == (2 * 2 + 2) * e.n_problems * e.samples
     assert all(c["tokens"] <= e.generation_batch_tokens for c in calls)
     assert max(c["tokens"] for c in calls) > t.generation_batch_tokens  # not the trainer's budget
     assert len(calls) > 4  # nor unbounded: the evaluation's own budget cut its stages too

@@ -25,7 +25,7 @@ from agon.records import run_files
 from agon.tasks import build_task
 from tests.conftest import TEST_WORLD, compose_config
 from tests.test_engines import VLLM
-from tests.test_resume import Launch, records
+from tests.test_resume import Launch, paused_at, records
 
 SAMPLING = Sampling(max_new_tokens=16, temperature=1.0)
 
@@ -188,12 +188,24 @@ def test_without_request_seeds_the_same_seeded_rows_draw_other_completions(agon_
         assert (tokens[0] == tokens[1]) == same, request_seeds
 
 
-# an evaluation of 24 problems x 4 samples x 2 orders (192 rounds), long enough to be killed half-way
+# an evaluation of 24 problems x 4 samples x 2 orders and their 2 self-cascades (384 rounds), long enough to be killed
+# half-way
 STREAMED_EVAL = TEST_WORLD + VLLM + [
     "logger=none", "progress=false", "trainer.max_steps=1", "trainer.prompts_per_step=2", "trainer.num_generations=2",
     "trainer.max_new_tokens=48", "eval.n_problems=24", "eval.samples=4", "eval.at_start=true",
     "trainer.checkpoint_minutes=0"]
-ROUNDS = 24 * 4 * 2
+ROUNDS = 24 * 4 * 4
+# the cascade orders' rounds, played in the first engine call; the self-cascades read their drafts in a second
+PLAYED = {"A>B", "B>A"}
+
+
+def calls_to_finish(journal: Path, tmp_path: Path) -> int:
+    """Engine calls a relaunch makes after a kill that left ``journal``: one for the plays' rounds not committed
+    (none when all are), one for the reads (never all committed: the kill came before the evaluation ended)."""
+    copy = tmp_path / "journal-calls.pkl"
+    shutil.copy(journal, copy)
+    plays = sum(order in PLAYED for order, _ in RoundJournal(copy).load())
+    return (plays < ROUNDS // 2) + 1
 
 
 def _journal(run_dir: Path) -> Path | None:
@@ -217,21 +229,24 @@ def test_a_run_killed_during_a_streamed_evaluation_plays_only_the_rounds_in_flig
     run played in two stages (generation.stream=false)."""
     straight, two_stage, killed = (tmp_path / name for name in ("straight", "two_stage", "killed"))
     out = Launch(STREAMED_EVAL + [f"hydra.run.dir={straight}"], agon_cache, tmp_path / "straight.log").finish()
-    assert f"[eval] eval start: {ROUNDS} of {ROUNDS} rounds played in 1 engine calls" in out, out[-3000:]
+    assert f"[eval] eval start: {ROUNDS} of {ROUNDS} rounds played in 2 engine calls" in out, out[-3000:]
     out = Launch(STREAMED_EVAL + ["generation.stream=false", f"hydra.run.dir={two_stage}"], agon_cache,
                  tmp_path / "two_stage.log").finish()
-    assert "[eval] eval start: 1 of 1 chunks played in 4 engine calls" in out, out[-3000:]
+    # a draft and an answer call per cascade order, an answer call per self-cascade
+    assert "[eval] eval start: 1 of 1 chunks played in 6 engine calls" in out, out[-3000:]
 
     command = STREAMED_EVAL + [f"hydra.run.dir={killed}"]
-    launch = Launch(command, agon_cache, tmp_path / "killed.log")
-    launch.kill_when(lambda: (j := _journal(killed)) is not None and j.stat().st_size > 0
-                     and _committed(j, tmp_path) >= ROUNDS // 3)
+    # paused once a third of the rounds are committed, the rest in flight: a poll of the journal could miss the
+    # evaluation (every round committed before it looked)
+    launch = Launch(command, agon_cache, tmp_path / "killed.log", env=paused_at(f"eval_round_{ROUNDS // 3}:0"))
+    launch.kill_at(f"eval_round_{ROUNDS // 3}:0")
     committed = _committed(_journal(killed), tmp_path)
-    assert ROUNDS // 3 <= committed < ROUNDS  # the premise: killed during the evaluation
+    assert committed == ROUNDS // 3  # the premise: killed during the evaluation
+    calls = calls_to_finish(_journal(killed), tmp_path)
     out = Launch(command, agon_cache, tmp_path / "again.log").finish()
     in_flight = ROUNDS - committed
-    assert (f"[eval] eval start: {in_flight} of {ROUNDS} rounds played in 1 engine calls, {committed} kept from an "
-            f"interrupted run") in out, out[-3000:]
+    assert (f"[eval] eval start: {in_flight} of {ROUNDS} rounds played in {calls} engine calls, {committed} kept "
+            f"from an interrupted run") in out, out[-3000:]
     print(f"killed with {committed} of {ROUNDS} rounds committed; the launch again played {in_flight}")
     assert records(killed) == records(straight)
     assert records(two_stage) == records(straight)

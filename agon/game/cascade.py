@@ -13,6 +13,14 @@ orders. The headline (``eval/accuracy``) is, per method:
 
 (each method declares its pairs and headline: ``methods.Method.evaluation``).
 
+Equal generations (``eval.equal_generations``): a cascade answers with two generations, GRPO's headline with one, so
+every evaluation also answers each drafter's drafts again, by itself and by every other drafter, where the method's
+plays do not (``Evaluation.reads``: Agon's ``A>A`` and ``B>B``, GRPO's ``A>A``). A read answers the very drafts of
+its drafter's first play (``rollout.answer_drafts``), so a self-cascade and a cross cascade are paired on the same
+drafts. ``eval/accuracy_two_generations`` is the headline with each one-generation order replaced by its
+self-cascade, ``eval/accuracy_one_generation`` the headline's drafters alone; each drafter's solo rows are its drafts
+in its first play, counted once.
+
 The second stage sees the recap under ``exchange=visible``, the plain prompt under ``exchange=hidden``, and the plain
 prompt after the drafter's key/value states of ``exchange.span`` under ``exchange=latent`` (``agon.models.latent``),
 the same information it had in training. Keys that do not apply to a method are None (null in summary.json).
@@ -34,9 +42,11 @@ Sizes: the evaluations before and after training score ``eval.n_problems`` x ``e
 can be drawn often without each point costing a full evaluation. Every logged point carries ``eval/n_problems``
 and ``eval/samples``, the size it was scored at.
 
-Streamed: on an engine that streams (vLLM, ``generation.stream``), an evaluation is one engine call. This rank's
+Streamed: on an engine that streams (vLLM, ``generation.stream``), an evaluation's plays are one engine call. This rank's
 share of every play (both cascade orders, solo and cross-play alike) is submitted at once, each answer the moment its
-draft is finished, graded and recapped (``rollout.play_rounds``), so no stage waits out another's tail. Every request
+draft is finished, graded and recapped (``rollout.play_rounds``), so no stage waits out another's tail; the reads
+follow in a second call, once the drafts they answer exist (left out on purpose: submitting each read inside the
+first call as its draft finishes, which would save that call's tail). Every request
 draws from its own seed (``derive_seed``: the run's seed, the phase, the step, the order, the problem's place in
 the evaluation and the sample), so a streamed evaluation and a two-stage one give the same rows.
 
@@ -267,11 +277,12 @@ class _Counted:
 def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Problem], step: int,
              phase: str, ranks: Ranks = Ranks(), engine: Engine | None = None, *, samples: int | None = None,
              progress: bool = False, store: PartStore | None = None,
-             on_chunk: Callable[[int], None] | None = None, log: Callable[[str], None] | None = None) -> EvalResult:
+             on_chunk: Callable[[int], None] | None = None, on_round: Callable[[int], None] | None = None,
+             log: Callable[[str], None] | None = None) -> EvalResult:
     """Play every pipeline of ``cfg.method`` on ``problems`` x ``samples`` (default ``eval.samples``; sampled by
     ``engine``, default ``hf``), chunk by chunk (module docstring); metrics and eval.jsonl rows. ``store``: the
     committed chunks, read instead of played and written as each is played; ``on_chunk(i)`` after chunk ``i`` is
-    committed; ``log``: one line saying how many chunks were played and how many engine calls that took.
+    committed, and streamed ``on_round(n)`` once ``n`` rounds are (with a store); ``log``: one line saying how many chunks were played and how many engine calls that took.
     ``progress``: a bar over the completions on rank 0."""
     from agon.engines.hf import HFEngine
     from tqdm.auto import tqdm
@@ -305,7 +316,7 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
                             dynamic_ncols=True) as bar:
         if streamed:
             games, played, kept = _play_streamed(policies, task, cfg, problems, samples, sampling, evaluation.plays,
-                                                 reads, counted, ranks, seeds, store, bar)
+                                                 reads, counted, ranks, seeds, store, bar, on_round)
             parts.append(games)
         for i, chunk in ([] if streamed else enumerate(chunks)):
             games = store.load(i) if store is not None else None
@@ -348,10 +359,11 @@ def _play_streamed(policies: Policies, task: Task, cfg: Any, problems: Sequence[
                    sampling: Sampling, plays: Sequence[tuple[str | None, str | None | bool]],
                    reads: Sequence[tuple[str | None, str | None]], engine: Any, ranks: Ranks,
                    seeds: Callable[[str, Sequence[int]], list[int]], store: PartStore | None,
-                   bar: Any) -> tuple[dict[str, Game], int, int]:
+                   bar: Any, on_round: Callable[[int], None] | None = None) -> tuple[dict[str, Game], int, int]:
     """This rank's share of every play in one engine stream, then of every read (the plays' drafts answered again)
-    in a second, each round committed to the store's journal as it finishes and the journal's rounds not played
-    again; (every rank's games, rounds played, rounds kept)."""
+    in a second, each round committed to the store's journal as it finishes (``on_round(n)`` then, ``n`` the rounds
+    committed so far) and the journal's rounds not played again; (every rank's games, rounds played, rounds
+    kept)."""
     positions = ranks.split(list(range(len(problems))))
     rows = [(p, k) for p in positions for k in range(samples)]
     journal = store.journal() if store is not None else None
@@ -363,6 +375,7 @@ def _play_streamed(policies: Policies, task: Task, cfg: Any, problems: Sequence[
     for o, _, answerer, source in tables:
         bar.update((len(rows) - len(todo[o])) * (1 if answerer is False or source is not None else 2))
     mine: dict[str, list[Round]] = {}
+    done = [len(committed)]
 
     def play(which: list[tuple[str, str | None, Any, str | None]]) -> None:
         """The rounds of ``which`` still to play, in one stream, into ``mine``."""
@@ -376,10 +389,13 @@ def _play_streamed(policies: Policies, task: Task, cfg: Any, problems: Sequence[
         def commit(m: int, i: int, rnd: Round) -> None:
             p, k = rows[todo[which[m][0]][i]]
             journal.append(which[m][0], p * samples + k, rnd)  # type: ignore[union-attr]
+            done[0] += 1
+            if on_round is not None:
+                on_round(done[0])
 
         new = play_rounds(policies, task, cfg.model, matches, exchange=cfg.exchange.mode, sampling=sampling,
                           engine=engine, on_sampled=bar.update, on_round=commit if journal is not None else None) \
-            if which[0][3] is None or any(todo[o] for o, *_ in which) else [[] for _ in which]
+            if any(todo[o] for o, *_ in which) else [[] for _ in which]
         for m, (o, *_) in enumerate(which):
             played = dict(zip(todo[o], new[m]))
             mine[o] = [played[j] if j in played else committed[(o, p * samples + k)]

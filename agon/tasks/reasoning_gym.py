@@ -12,11 +12,13 @@ scorer that raises scores 0 with ``status="error"`` (counted by the trainer).
 tiny model on the dataset's own training items): step by step for the datasets in ``WORKED_SOLUTIONS``
 (``products``: long multiplication, one partial product per digit, then their sums; ``basic_arithmetic`` and
 ``chain_sum``: left to right, as the built-in arithmetic), and for any other dataset the bare answer in the
-reasoning block, so its recap is empty and the visible exchange carries nothing. The check battery's wrong step
-(``recap_battery``) is the worked solution with its last shown step slipped (``WRONG_LAST_SHOWN_STEP``), elsewhere
-the text perturbation every task has. Left out on purpose: worked
+reasoning block, so its recap is empty and the visible exchange carries nothing. Left out on purpose: worked
 solutions for datasets whose reasoning is not a chain of small computations (puzzles, graphs, text games); add
 one to ``WORKED_SOLUTIONS`` to give a dataset a stepwise warm start.
+
+The check battery's wrong step (``recap_battery``) is, for the same three datasets, the worked solution with the
+last step its recap shows slipped and the error carried to the answer (``WRONG_LAST_SHOWN_STEP``); any other dataset
+gets the default text perturbation, which on a bare-answer recap makes nothing.
 """
 
 from __future__ import annotations

@@ -248,8 +248,8 @@ class TargetSumTask(Task):
 
     def recap_battery(self, problem: Problem, solution: str,
                       rng: random.Random) -> dict[str, BatteryRecap | None]:
-        """The check battery (``Task.recap_battery``), every finish written as the leaf test of the last gap from
-        the running value the recap's last step reads (``leaf_finishes``):
+        """The check battery (``Task.recap_battery``), each finish of a recap that shows steps written as the leaf
+        test of the last gap from the running value the recap's last step reads (``leaf_finishes``):
 
         - ``right``: the worked solution's recap, finished by the last sign that reaches the target.
         - ``dead_end``: a dead-end prefix drawn with ``rng`` (``recap_kinds``), finished by both last signs, neither

@@ -93,7 +93,7 @@ def last_step_span(recap: str) -> tuple[int, int] | None:
         start = recap.rfind(sep, 0, end) + 1
         if recap[start:end].strip():
             return start, end
-        end = start - 0
+        end = start - 1
     return None
 
 

@@ -62,7 +62,7 @@ def pause_point(point: str, step: int) -> None:
     """A place where a test may kill the run (``PAUSE_AT``); one environment lookup otherwise. The points:
     ``step`` (the step's metrics row written, its rollouts not), ``checkpoint`` (half-way through a checkpoint write:
     the adapters written, the optimizer state not), ``eval_chunk_<i>`` (an evaluation's chunk i committed, the next
-    not begun), ``eval`` (an evaluation's eval rows written, its metrics row not) and ``summary`` (summary.json
+    not begun), ``eval_round_<n>`` (a streamed evaluation's n-th round committed, others in flight), ``eval`` (an evaluation's eval rows written, its metrics row not) and ``summary`` (summary.json
     written, the run not yet closed)."""
     if os.environ.get(PAUSE_AT) == f"{point}:{step}":
         print(f"{PAUSED} {point}:{step}", file=sys.stderr, flush=True)
@@ -380,7 +380,8 @@ class Trainer:
                                     self.ranks.world), self.ranks)
         result = evaluate(self.policies, self.task, self.cfg, problems, step, phase, self.ranks, self.engine,
                           samples=samples, progress=progress, store=store, log=self.log,
-                          on_chunk=lambda i: pause_point(f"eval_chunk_{i}", step))
+                          on_chunk=lambda i: pause_point(f"eval_chunk_{i}", step),
+                          on_round=lambda n: pause_point(f"eval_round_{n}", step))
         self.recorder.log_eval_rows(result.rows)
         pause_point("eval", self.state.step)
         if self.cfg.eval.diagnostic:

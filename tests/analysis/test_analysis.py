@@ -308,7 +308,7 @@ def test_figures_cli_writes_every_file(tmp_path, capsys):
     assert "not comparable" in (out / "table.tex").read_text()
     printed = capsys.readouterr().out
     # table_full.tex: the appendix table; paired.md, paired.csv, budget.csv: the cascades' within-run outcomes
-    assert "7 runs from" in printed and "wrote 16 files" in printed
+    assert "7 runs from" in printed and "wrote 17 files" in printed
     assert "| GRPO | 0 | complete | " in (out / "runs.md").read_text()  # each run's commits and hours
     # seed 0 of competitive/visible: A>B drafts 0 1 0 1 all answered right (+50 points); B>A drafts 0 0 1 1, finals
     # 1 0 1 1 (+25); no recap kinds outside target sum

@@ -265,7 +265,7 @@ def test_trace_length_is_judged_on_its_change_from_the_start():
     on_finals = [Claim("finals", "agon", "grpo", "smaller", "before", metric="eval/final_trace_tokens")]
     assert claims_table(runs, claims=on_finals).iloc[0]["verdict"] == "reversed"
     md = claims_markdown(claims_table(runs, claims=on_change))
-    assert f"| {TRACE} | before | agon vs grpo | 3 vs 3 | change -10.0 vs +0.1 tok | -10.1 [" in md
+    assert f"| {TRACE} | before | agon vs grpo | steps | 3 vs 3 | change -10.0 vs +0.1 tok | -10.1 [" in md
     # claims.yaml's own trace claim chose this measure after its runs: a description there
     assert claims_table(runs).set_index("claim").loc[TRACE, "verdict"] == "description (written after its runs)"
 
@@ -339,8 +339,8 @@ def test_the_table_names_each_claim_whose_cells_ran():
     # cells that did not run (cooperative, hidden, ...) have no row; the trace claim, written after, is not in k
     assert len(table) == 3 and set(table["claims"]) == {2}
     md = claims_markdown(claims_table(runs))
-    assert ("| Agon (competitive, visible) beats vanilla GRPO | before | agon vs grpo | 3 vs 3 | 61.0 vs 42.0 | "
-            "+19.0 [") in md
+    assert ("| Agon (competitive, visible) beats vanilla GRPO | before | agon vs grpo | steps | 3 vs 3 | 61.0 vs 42.0 "
+            "| +19.0 [") in md
     assert " tok | description (written after its runs) |" in md
     assert ("- Multiplicity: 2 claims written before their runs put to this task; the family-wise interval is at "
             "1 - 0.05/2 = 97.5%") in md

@@ -124,3 +124,36 @@ def test_make_figures_attaches_its_figures_to_the_sweeps_report(sweep, tmp_path,
         # the W&B run was in this process: its service (wandb-core, a child process) would outlive the test, and the
         # sandbox's tests count every child process of the session as one a program left behind
         wandb.teardown()
+
+
+def test_the_report_names_the_check_battery_and_the_keys_at_equal_generations(tmp_path):
+    """A copy of the analysis fixture's grid sweep whose last evaluation also logged the check battery and the
+    numbers at one and two generations per answer: the report draws the battery as a family of bars (its counts,
+    ``battery/n/*``, left out, as the recap family leaves out ``recap/n_wrong``) and the equal-generation keys
+    among the held-out evaluation's lines."""
+    import shutil
+
+    from tests.analysis.test_analysis import GRID
+
+    sweep = tmp_path / "2026-11-30" / "10-00-00"
+    shutil.copytree(GRID, sweep)
+    extra = {"eval/accuracy_one_generation": 0.5, "eval/accuracy_two_generations": 0.75,
+             "eval/cascade_acc_AA": 0.6, "eval/cascade_acc_BB": 0.7, "eval/generations": 2,
+             "battery/A/right": 0.9, "battery/B/wrong_step": 0.3, "battery/base/empty": 0.5,
+             "battery/n/right": 4.0, "battery/n/wrong_step": 4.0, "battery/n/empty": 4.0}
+    for metrics in sweep.glob("*/metrics.jsonl"):
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        last = max(r["train/step"] for r in rows)
+        rows.append({"train/step": last, **extra})
+        metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    built = dashboard.build(sweep)
+    assert built.panels["check battery: answerer after a recap of each kind"] == [
+        "battery/A/right", "battery/B/wrong_step", "battery/base/empty"]
+    assert built.panels["equal generations: one and two per answer, self-cascades"] == [
+        "eval/accuracy_one_generation", "eval/accuracy_two_generations", "eval/cascade_acc_AA",
+        "eval/cascade_acc_BB"]
+    text = json.dumps(built.definition())
+    assert "battery/B/wrong_step" in text and "eval/accuracy_two_generations" in text
+    assert "battery/n/right" not in text
+    # and the check battery's table beside the recap diagnostic's
+    assert "The check battery, per cell and answerer" in text

@@ -415,8 +415,10 @@ def study_runs(agon: list[float], cooperative: list[float], se: float = 0.005, g
 
 
 def test_the_study_claims_are_fixed_before_its_runs_and_put_to_target_sum_alone():
-    study = {c.text: c for c in CLAIMS if c.task == "target_sum"}
+    study = {c.text: c for c in CLAIMS if c.task == "target_sum" and c.match == "steps"}
     assert set(study) == set(STUDY.values()) and {c.written for c in study.values()} == {"before"}
+    # the claims at equal generations came after the study's runs (docs/results.md had read them post hoc)
+    assert {c.written for c in CLAIMS if c.task == "target_sum" and c.match != "steps"} == {"after"}
     a, b, c = (study[STUDY[k]] for k in "abc")
     assert (a.left, a.right, a.than, a.metric, a.direction) == ("agon", None, 0.0, "paired/cascade_minus_solo",
                                                                 "greater")
@@ -506,7 +508,7 @@ def test_within_run_claims_are_computed_from_eval_rows():
     assert row["left_mean"] == pytest.approx(2 / 3) and row["verdict"] == "holds"
     assert STUDY["a"] not in set(claims_table(runs)["claim"])
     md = claims_markdown(claims_table(runs, evals=evals))
-    assert f"| {STUDY['a']} | before | agon (within run) | 3 | +66.7 vs +0.0 |" in md
+    assert f"| {STUDY['a']} | before | agon (within run) | steps | 3 | +66.7 vs +0.0 |" in md
     assert "- Within-run claims (paired/cascade_minus_solo; analysis.paired): one cell's mean" in md
 
 
@@ -551,7 +553,7 @@ def test_a_change_claim_is_judged_on_the_change_since_the_start():
     assert grown.loc[STUDY["b_change"], "difference"] == pytest.approx(0.10)
     assert grown.loc[STUDY["b_change"], "verdict"] == "holds"
     md = claims_markdown(claims_table(runs, evals=study_evals({"agon": 3, "cooperative": 1})))
-    assert f"| {STUDY['a_change']} | before | agon (within run) | 3 | change +10.0 vs +0.0 |" in md
+    assert f"| {STUDY['a_change']} | before | agon (within run) | steps | 3 | change +10.0 vs +0.0 |" in md
     assert "on the change in paired/cascade_minus_solo" in md
 
 

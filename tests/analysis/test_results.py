@@ -22,13 +22,15 @@ from analysis.claims import CLAIMS, DESCRIPTION, claims_markdown, claims_table, 
 from analysis.paired import (arm_outcomes, budget_table, eval_curve, on_smallest_design, recap_kind,
                              runs_with_outcomes, write_paired)
 from analysis.patterns import solutions, write_patterns
-from analysis.tables import final_rows, paper_reference, two_generations, two_generations_markdown, write_tables
+from analysis.tables import (DIAGNOSTIC, equal_generations_markdown, final_rows, generation_runs, paper_reference,
+                             two_generations, two_generations_markdown, write_tables)
 
 REPO = Path(__file__).resolve().parents[2]
 # results/runs/ is where sweeps write on this machine (ignored by git); a *_pilot directory is a pilot's runs
 PACKED = sorted(p.name for p in (REPO / "results").iterdir() if p.is_dir() and p.name != "runs") \
     if (REPO / "results").is_dir() else []
-TASKS = [name for name in PACKED if not name.endswith(("_pilot", "_pick"))]
+# a *_controls directory is one seed per arm run again with the controls (not a grid: no claims, no cells of seeds)
+TASKS = [name for name in PACKED if not name.endswith(("_pilot", "_pick", "_controls"))]
 # each packed grid's cells, 3 seeds each: the paper's design on a task, or the exchange ablation (its claims name
 # cells by their exchange, analysis/claims.yaml)
 CELLS = {"arithmetic_hard": 10, "products": 10, "exchange": 4, "target_sum": 3}
@@ -46,7 +48,7 @@ def runs_of(task: str):
 
 
 def test_every_packed_task_has_its_figures_and_a_section_of_the_page():
-    assert TASKS == sorted(CELLS) and PACKED == [*TASKS, "target_sum_pick", "target_sum_pilot"]
+    assert TASKS == sorted(CELLS) and PACKED == [*TASKS, "target_sum_controls", "target_sum_pick", "target_sum_pilot"]
     page = (REPO / "docs" / "results.md").read_text()
     for task in TASKS:
         for figure in ("accuracy_grid", "claims_forest", "recap_diagnostic", "training_curves"):
@@ -206,6 +208,8 @@ def test_no_pooled_sd_of_a_packed_grid_is_below_one_runs_evaluation_floor(task):
             floors.setdefault(field, []).append(var ** 0.5 / groups.ngroups)
     claims = claims_table(data.runs, evals=data.evals)
     for _, row in claims.iterrows():
+        if row["match"] != "steps":  # read from the diagnostic, its own floor: the study's equal-generations test
+            continue
         if row["metric"].startswith("paired/"):  # a within-run claim's floor: the runs' own SE, by problem
             cascades = trained[trained["method"] == "agon"]
             floor = max(within_run_se(data.evals, run_id, row["metric"], row["measure"])
@@ -409,6 +413,34 @@ def test_the_target_sum_studys_answers_at_two_generations_are_what_its_diagnosti
            f"recap ({100 * grpo.mean():.1f}% against {100 * drafts.mean():.1f}%" in page
 
 
+def test_the_target_sum_study_at_equal_generations_falls_back_to_its_diagnostics_cross_play():
+    """The study's records are from before the main evaluation played the self-cascades: each arm's answer at two
+    generations is the diagnostic's cross-play at step 200 (``two_generations``' cascade for Agon and cooperative,
+    its self-cascade for GRPO), 300 x 1 per run, in the equal-generations table and in the claims at equal
+    generations, whose floor is the largest binomial SD of one run's number."""
+    data = runs_of("target_sum")
+    per_run = generation_runs(data).set_index("run_id")
+    assert set(per_run["source"]) == {DIAGNOSTIC} and set(per_run["design"]) == {"300 x 1"}
+    frame = two_generations(data)
+    last = frame[frame["step"] == 200].set_index(["run_id", "answer"])["value"]
+    method = data.runs.set_index("run_id")["method"]
+    for run_id, row in per_run.iterrows():
+        answer = "own" if method[run_id] == "grpo" else "rival"
+        assert row["two"] == pytest.approx(last[(run_id, answer)]), run_id
+        answers = 300 * len(row["orders"])
+        assert row["floor"] == pytest.approx((row["two"] * (1 - row["two"]) / answers) ** 0.5), run_id
+    md = equal_generations_markdown(data)
+    assert "| GRPO | 3 | 1 | 85.0 | 89.4 | 85.0 | diagnostic cross-play (A>A), 300 x 1 |" in md
+    assert "| competitive · visible | 3 | 2 | 81.4 | 86.8 | 86.4 | diagnostic cross-play (A>B, B>A), 300 x 1 |" in md
+    claims = claims_table(data.runs, evals=data.evals).set_index("claim")
+    grpo = claims.loc["Agon beats GRPO at equal generations (two per answer)"]
+    assert (grpo["left_mean"], grpo["right_mean"]) == (pytest.approx(last.xs("rival", level="answer")[
+        per_run.index[per_run["cell"] == "competitive · visible"]].mean()), pytest.approx(
+        last.xs("own", level="answer")[per_run.index[per_run["cell"] == "GRPO"]].mean()))
+    assert grpo["eval_floor"] == pytest.approx(per_run["floor"].max())
+    assert grpo["reading"] == "diagnostic cross-play, 300 x 1" and grpo["verdict"] == DESCRIPTION
+
+
 def test_the_target_sum_studys_bounds_and_what_its_verdicts_lean_on_are_what_its_claims_give():
     """The study's prose around its claims: what the between-arm intervals rule out (their upper ends as shares of
     the other arm's errors, against the paper's), the cascade's lead before training and in the other arms, the
@@ -565,3 +597,100 @@ def test_the_target_sum_gate_and_wrong_recap_numbers_the_page_and_readme_quote_a
     runs = data.runs.set_index("experiment")
     assert f"Agon against GRPO ({100 * runs.loc['agon', 'eval/accuracy'].mean():.1f}% vs " \
            f"{100 * runs.loc['grpo', 'eval/accuracy'].mean():.1f}%)" in readme
+
+
+def _rows(task: str, run: str) -> pd.DataFrame:
+    import gzip
+    import json
+
+    with gzip.open(REPO / "results" / task / run / "eval.jsonl.gz", "rt") as f:
+        return pd.DataFrame([json.loads(line) for line in f])
+
+
+def test_the_target_sum_controls_tables_and_prose_are_what_their_records_give(tmp_path):
+    """The controls re-run (one seed of Agon and of GRPO, every evaluation at equal generations and with the check
+    battery): its committed tables are what its packed runs give, the page quotes them, and every number of its prose
+    recomputes from the eval rows and metrics: the start evaluations row for row the study's seed 0, the answers at one
+    and two generations, a rival's reading against one's own on the same drafts, the leads built in before training
+    and the battery after a wrong step against an empty recap."""
+    data = load_runs(REPO / "results" / "target_sum_controls")
+    assert sorted(data.runs["method"]) == ["agon", "grpo"] and (data.runs["status"] == "complete").all()
+    assert set(data.runs["seed"]) == {0} and (data.runs["train/steps"] == 200).all()
+    write_tables(data, tmp_path)
+    committed = REPO / "docs" / "results" / "target_sum_controls"
+    page = (REPO / "docs" / "results.md").read_text()
+    section = page[page.index("### The controls, re-run"):page.index("## Latent exchange")]
+    prose = " ".join(section.split())  # the prose as one line: its sentences wrap anywhere
+    for name in ("generations.md", "battery.md", "table.md", "runs.md"):
+        assert (tmp_path / name).read_text() == (committed / name).read_text(), name
+    for name in ("generations.md", "battery.md"):
+        for block in (tmp_path / name).read_text().split("\n\n"):
+            if block.startswith("|"):
+                assert block.strip() in section, name
+    pct = lambda x: f"{100 * x:.1f}"  # noqa: E731
+
+    # the start evaluations are the study's seed 0, row for row
+    keys = ["order", "stage", "problem_id", "sample", "correct", "tokens"]
+    for arm, run in (("agon", "eval.every=0,experiment=agon,seed=0"), ("grpo", "eval.every=0,experiment=grpo,seed=0")):
+        new, old = _rows("target_sum_controls", run), _rows("target_sum", f"experiment={arm},seed=0")
+        new = new[(new["phase"] == "start") & new["order"].isin(set(old["order"]))][keys].reset_index(drop=True)
+        old = old[old["phase"] == "start"][keys].reset_index(drop=True)
+        assert len(new) == {"agon": 28_800, "grpo": 4_800}[arm] and new.equals(old), arm
+    assert "all 28,800 of Agon's rows and 4,800 of GRPO's agree" in prose
+
+    def accuracy(run: str, phase: str, order: str) -> float:
+        rows = _rows("target_sum_controls", run)
+        return rows[(rows["phase"] == phase) & (rows["order"] == order) & (rows["stage"] == "final")]["correct"].mean()
+
+    agon, grpo = "eval.every=0,experiment=agon,seed=0", "eval.every=0,experiment=grpo,seed=0"
+    final = {o: accuracy(agon, "final", o) for o in ("A>B", "B>A", "A>A", "B>B", "A", "B")}
+    start = {o: accuracy(agon, "start", o) for o in ("A>B", "B>A", "A", "B")}
+    g_final = {o: accuracy(grpo, "final", o) for o in ("A", "A>A")}
+    g_start = {o: accuracy(grpo, "start", o) for o in ("A", "A>A")}
+    cascade, drafts = (final["A>B"] + final["B>A"]) / 2, (final["A"] + final["B"]) / 2
+    summary = data.runs.set_index("method")
+    assert summary.loc["agon", "eval/accuracy"] == pytest.approx(cascade)
+    assert summary.loc["grpo", "eval/accuracy_two_generations"] == pytest.approx(g_final["A>A"])
+    study = runs_of("target_sum").runs
+    study_seed0 = {m: study[(study["experiment"] == m) & (study["seed"] == 0)]["eval/accuracy"].iloc[0]
+                   for m in ("agon", "grpo")}
+    assert (f"They end at {pct(cascade)}% (Agon's cascade; the study's seed 0, {pct(study_seed0['agon'])}%) and "
+            f"{pct(g_final['A'])}% (GRPO's adapter; {pct(study_seed0['grpo'])}%)") in prose
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert f"Agon's cascade is {pct(cascade - g_final['A>A'])} points above GRPO's adapter answering its own" in readme
+    assert (f"Agon's cascade ends at {pct(cascade)}%, GRPO's adapter answering its own recap at "
+            f"{pct(g_final['A>A'])}%: +{pct(cascade - g_final['A>A'])} for Agon") in prose
+    assert (f"At one generation Agon's drafts ({pct(drafts)}%) are {pct(g_final['A'] - drafts)} points below GRPO's "
+            f"adapter ({pct(g_final['A'])}%)") in prose
+    assert (f"by {pct(final['A>B'] - final['A>A'])} points on A's drafts (A>B {pct(final['A>B'])}% against A>A "
+            f"{pct(final['A>A'])}%) and {pct(final['B>A'] - final['B>B'])} on B's (B>A {pct(final['B>A'])}%") in prose
+    s_cascade, s_drafts = (start["A>B"] + start["B>A"]) / 2, (start["A"] + start["B"]) / 2
+    assert (f"by {pct(s_cascade - s_drafts)} points ({pct(s_cascade)}% against {pct(s_drafts)}%) and GRPO's adapter "
+            f"answering its own recap led its drafts by {pct(g_start['A>A'] - g_start['A'])} "
+            f"({pct(g_start['A>A'])}% against {pct(g_start['A'])}%)") in prose
+    assert (f"At step 200 the leads are {pct(cascade - drafts)} and {pct(g_final['A>A'] - g_final['A'])} "
+            "points") in prose
+
+    # the battery: after a wrong step every adapter is near a quarter at the start and the end, far below empty
+    steps = data.steps[data.steps["battery/n/right"].notna()]
+    adapters = [(r, c) for r in data.runs["run_id"] for c in ("A", "B")
+                if f"battery/{c}/right" in steps and steps[steps["run_id"] == r][f"battery/{c}/right"].notna().any()]
+    assert len(adapters) == 3
+
+    def at(run_id: str, step: int, key: str) -> float:
+        rows = steps[(steps["run_id"] == run_id) & (steps["train/step"] == step)]
+        return float(rows[key].iloc[0])
+
+    wrong_end = [at(r, 200, f"battery/{c}/wrong_step") for r, c in adapters]
+    wrong_start = [at(r, 0, f"battery/{c}/wrong_step") for r, c in adapters]
+    empty_end = [at(r, 200, f"battery/{c}/empty") for r, c in adapters]
+    assert (f"each adapter is right {round(100 * min(wrong_end))}-{round(100 * max(wrong_end))}% of the time at step "
+            f"200, as at the start ({round(100 * min(wrong_start))}-{round(100 * max(wrong_start))}%), far below its "
+            f"accuracy after an empty recap ({round(100 * min(empty_end))}-{round(100 * max(empty_end))}%)") in prose
+    assert all(w < e - 0.4 for w, e in zip(wrong_end, empty_end))
+    gains = {kind: [at(r, 200, f"battery/{c}/{kind}") - at(r, 0, f"battery/{c}/{kind}") for r, c in adapters]
+             for kind in ("right", "dead_end", "empty")}
+    assert (f"after a right prefix (by {round(100 * min(gains['right']))}-{round(100 * max(gains['right']))} points, "
+            f"to 97%), after a dead end (by {round(100 * min(gains['dead_end']))}-"
+            f"{round(100 * max(gains['dead_end']))} points) and with no recap (by {round(100 * min(gains['empty']))}-"
+            f"{round(100 * max(gains['empty']))} points)") in prose
