@@ -656,6 +656,10 @@ def test_the_target_sum_controls_tables_and_prose_are_what_their_records_give(tm
                    for m in ("agon", "grpo")}
     assert (f"They end at {pct(cascade)}% (Agon's cascade; the study's seed 0, {pct(study_seed0['agon'])}%) and "
             f"{pct(g_final['A'])}% (GRPO's adapter; {pct(study_seed0['grpo'])}%)") in prose
+    hours = summary["time/total_s"] / 3600
+    commits = {c[:7] for c in summary["git_commit"]}
+    assert (f"at {commits.pop()}, one torch thread each: {hours['agon']:.2f} wall hours for Agon, "
+            f"{hours['grpo']:.2f} for GRPO") in prose and not commits
     readme = " ".join((REPO / "README.md").read_text().split())
     assert f"Agon's cascade is {pct(cascade - g_final['A>A'])} points above GRPO's adapter answering its own" in readme
     assert (f"Agon's cascade ends at {pct(cascade)}%, GRPO's adapter answering its own recap at "
