@@ -42,13 +42,13 @@ Sizes: the evaluations before and after training score ``eval.n_problems`` x ``e
 can be drawn often without each point costing a full evaluation. Every logged point carries ``eval/n_problems``
 and ``eval/samples``, the size it was scored at.
 
-Streamed: on an engine that streams (vLLM, ``generation.stream``), an evaluation's plays are one engine call. This rank's
-share of every play (both cascade orders, solo and cross-play alike) is submitted at once, each answer the moment its
-draft is finished, graded and recapped (``rollout.play_rounds``), so no stage waits out another's tail; the reads
-follow in a second call, once the drafts they answer exist (left out on purpose: submitting each read inside the
-first call as its draft finishes, which would save that call's tail). Every request
-draws from its own seed (``derive_seed``: the run's seed, the phase, the step, the order, the problem's place in
-the evaluation and the sample), so a streamed evaluation and a two-stage one give the same rows.
+Streamed: on an engine that streams (vLLM, ``generation.stream``), an evaluation's plays are one engine call.
+This rank's share of every play (both cascade orders, solo and cross-play alike) is submitted at once, each answer
+the moment its draft is finished, graded and recapped (``rollout.play_rounds``), so no stage waits out another's
+tail; the reads follow in a second call, once the drafts they answer exist (left out on purpose: submitting each
+read inside the first call as its draft finishes, which would save that call's tail). Every request draws from its
+own seed (``derive_seed``: the run's seed, the phase, the step, the order, the problem's place in the evaluation
+and the sample), so a streamed evaluation and a two-stage one give the same rows.
 
 Resuming: with a ``PartStore``, a streamed evaluation commits each round to this rank's journal
 (``RoundJournal``) as it finishes; a run killed during it and launched again plays only the rounds that were not
@@ -282,8 +282,8 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
     """Play every pipeline of ``cfg.method`` on ``problems`` x ``samples`` (default ``eval.samples``; sampled by
     ``engine``, default ``hf``), chunk by chunk (module docstring); metrics and eval.jsonl rows. ``store``: the
     committed chunks, read instead of played and written as each is played; ``on_chunk(i)`` after chunk ``i`` is
-    committed, and streamed ``on_round(n)`` once ``n`` rounds are (with a store); ``log``: one line saying how many chunks were played and how many engine calls that took.
-    ``progress``: a bar over the completions on rank 0."""
+    committed, and streamed ``on_round(n)`` once ``n`` rounds are (with a store); ``log``: one line saying how many
+    chunks were played and how many engine calls that took. ``progress``: a bar over the completions on rank 0."""
     from agon.engines.hf import HFEngine
     from tqdm.auto import tqdm
 
@@ -291,7 +291,9 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
     samples = e.samples if samples is None else samples
     sampling = Sampling.from_config(e)
     evaluation = get_method(cfg.method.name).evaluation(cfg.rotation.mode)
-    reads = evaluation.reads() if e.equal_generations else []
+    # each read answers the drafts of its drafter's first play: (read's order, drafter, reader, that play's order)
+    sources = {d: order_name(d, a) for d, a in reversed(evaluation.plays)}
+    reads = [(order_name(d, r), d, r, sources[d]) for d, r in evaluation.reads()] if e.equal_generations else []
     counted = _Counted(engine if engine is not None else HFEngine(policies))
     streamed = counted.streaming and cfg.exchange.mode != "latent"
     # a multiple of the processes, so that every rank has a share of every chunk; streamed, one chunk of everything
@@ -304,9 +306,6 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
     def seeds(order: str, positions: Sequence[int]) -> list[int]:
         """Each problem's seed, by its place in ``problems``: the same rows whichever way they are played."""
         return [derive_seed(cfg.seed, phase, step, order, p) for p in positions]
-
-    # each read answers the drafts of its drafter's first play
-    sources = {d: order_name(d, a) for d, a in reversed(evaluation.plays)}
 
     parts: list[dict[str, Game]] = []
     played = kept = 0
@@ -331,8 +330,7 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
                         ranks, policies, task, cfg.model, [problems[p] for p in chunk], seeds(order, chunk),
                         drafter=drafter, challenger=answerer, exchange=cfg.exchange.mode, group_size=samples,
                         sampling=sampling, engine=counted, on_sampled=bar.update, span=cfg.exchange.span)
-                for drafter, reader in reads:
-                    order, source = order_name(drafter, reader), sources[drafter]
+                for order, drafter, reader, source in reads:
                     bar.set_postfix_str(order)
                     row_seeds = [derive_seed(s, k) for s in seeds(order, chunk) for k in range(samples)]
                     games[order] = answer_split(ranks, policies, task, cfg.model, games[source], mine[source],
@@ -357,7 +355,7 @@ def evaluate(policies: Policies, task: Task, cfg: Any, problems: Sequence[Proble
 
 def _play_streamed(policies: Policies, task: Task, cfg: Any, problems: Sequence[Problem], samples: int,
                    sampling: Sampling, plays: Sequence[tuple[str | None, str | None | bool]],
-                   reads: Sequence[tuple[str | None, str | None]], engine: Any, ranks: Ranks,
+                   reads: Sequence[tuple[str, str | None, str | None, str]], engine: Any, ranks: Ranks,
                    seeds: Callable[[str, Sequence[int]], list[int]], store: PartStore | None,
                    bar: Any, on_round: Callable[[int], None] | None = None) -> tuple[dict[str, Game], int, int]:
     """This rank's share of every play in one engine stream, then of every read (the plays' drafts answered again)
@@ -368,9 +366,7 @@ def _play_streamed(policies: Policies, task: Task, cfg: Any, problems: Sequence[
     rows = [(p, k) for p in positions for k in range(samples)]
     journal = store.journal() if store is not None else None
     committed = journal.load() if journal is not None else {}
-    sources = {d: order_name(d, a) for d, a in reversed(plays)}
-    tables = [(order_name(d, a), d, a, None) for d, a in plays] + \
-        [(order_name(d, r), d, r, sources[d]) for d, r in reads]
+    tables = [(order_name(d, a), d, a, None) for d, a in plays] + list(reads)
     todo = {o: [j for j, (p, k) in enumerate(rows) if (o, p * samples + k) not in committed] for o, *_ in tables}
     for o, _, answerer, source in tables:
         bar.update((len(rows) - len(todo[o])) * (1 if answerer is False or source is not None else 2))

@@ -12,9 +12,10 @@ Completions come from an engine (``agon.engines``: transformers or vLLM). Adapte
 ``Policies``; ``None`` plays the untrained base (the mixture-of-agents baseline).
 ``play_split`` is ``play`` across processes: each rank plays its share of the problems, and every rank gets the
 whole game back. ``answer_drafts`` (``answer_split`` across processes) answers a played game's drafts again with
-another answerer: the same drafts and recaps, read by someone else (an evaluation's self-cascades). ``on_sampled(n)`` hears of each batch of ``n`` completions as the engine returns it (each
-``generate`` call of the ``hf`` engine, each budget of continuous batching, the whole call of vLLM), so a long
-evaluation can show its progress.
+another answerer: the same drafts and recaps, read by someone else (an evaluation's self-cascades).
+``on_sampled(n)`` hears of each batch of ``n`` completions as the engine returns it (each ``generate`` call of the
+``hf`` engine, each budget of continuous batching, the whole call of vLLM), so a long evaluation can show its
+progress.
 """
 
 from __future__ import annotations

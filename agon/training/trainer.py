@@ -62,8 +62,9 @@ def pause_point(point: str, step: int) -> None:
     """A place where a test may kill the run (``PAUSE_AT``); one environment lookup otherwise. The points:
     ``step`` (the step's metrics row written, its rollouts not), ``checkpoint`` (half-way through a checkpoint write:
     the adapters written, the optimizer state not), ``eval_chunk_<i>`` (an evaluation's chunk i committed, the next
-    not begun), ``eval_round_<n>`` (a streamed evaluation's n-th round committed, others in flight), ``eval`` (an evaluation's eval rows written, its metrics row not) and ``summary`` (summary.json
-    written, the run not yet closed)."""
+    not begun), ``eval_round_<n>`` (a streamed evaluation's n-th round committed, others in flight), ``eval`` (an
+    evaluation's eval rows written, its metrics row not) and ``summary`` (summary.json written, the run not yet
+    closed)."""
     if os.environ.get(PAUSE_AT) == f"{point}:{step}":
         print(f"{PAUSED} {point}:{step}", file=sys.stderr, flush=True)
         time.sleep(3600)
